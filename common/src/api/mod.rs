@@ -1,0 +1,7 @@
+//! Request and response types, one module per resource.
+
+pub mod admin;
+pub mod applications;
+pub mod health;
+pub mod users;
+pub mod whoami;

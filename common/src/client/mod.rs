@@ -1,0 +1,115 @@
+//! A typed HTTP client for Herald's API, shared by the CLI, the TUI and the tests. One file per
+//! resource adds its methods to [`Client`].
+
+mod applications;
+mod health;
+mod users;
+
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::Problem;
+
+/// What a call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Herald answered with a problem+json error.
+    #[error("{0}")]
+    Problem(Box<Problem>),
+    /// Herald answered something that is not JSON of the expected shape.
+    #[error("unexpected response (HTTP {status}): {body}")]
+    Unexpected { status: u16, body: String },
+    /// The request did not get an answer.
+    #[error("request failed: {0}")]
+    Transport(#[from] reqwest::Error),
+}
+
+impl ClientError {
+    /// The problem body, when Herald sent one.
+    pub fn problem(&self) -> Option<&Problem> {
+        match self {
+            ClientError::Problem(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// A Herald API client bound to a base URL and, optionally, one bearer credential (an API key,
+/// an operator token or a user token).
+#[derive(Clone, Debug)]
+pub struct Client {
+    base_url: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    pub fn new(base_url: impl Into<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .build()
+            .unwrap_or_default();
+        Self {
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            token: None,
+            http,
+        }
+    }
+
+    /// The same client presenting `token` as `Authorization: Bearer`.
+    pub fn with_token(&self, token: impl Into<String>) -> Self {
+        Self {
+            token: Some(token.into()),
+            ..self.clone()
+        }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// A request builder for `path` (starting with `/`), carrying the credential.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let builder = self
+            .http
+            .request(method, format!("{}{}", self.base_url, path));
+        match &self.token {
+            Some(token) => builder.bearer_auth(token),
+            None => builder,
+        }
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        Self::send(self.request(Method::GET, path)).await
+    }
+
+    pub async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        Self::send(self.request(Method::POST, path).json(body)).await
+    }
+
+    /// Sends a request and decodes a JSON success, or the problem of a failure.
+    pub async fn send<T: DeserializeOwned>(request: RequestBuilder) -> Result<T, ClientError> {
+        let response = request.send().await?;
+        let status = response.status();
+        let bytes = response.bytes().await?;
+        decode(status, &bytes)
+    }
+}
+
+fn decode<T: DeserializeOwned>(status: StatusCode, bytes: &[u8]) -> Result<T, ClientError> {
+    if status.is_success() {
+        if let Ok(value) = serde_json::from_slice(bytes) {
+            return Ok(value);
+        }
+    } else if let Ok(problem) = serde_json::from_slice::<Problem>(bytes) {
+        return Err(ClientError::Problem(Box::new(problem)));
+    }
+    Err(ClientError::Unexpected {
+        status: status.as_u16(),
+        body: String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned(),
+    })
+}

@@ -1,0 +1,29 @@
+//! End-user tokens.
+
+use super::{Client, ClientError};
+use crate::api::users::{UserTokenIn, UserTokenOut};
+
+impl Client {
+    /// Mints a token for `user_id` (needs an API key with `users:token`).
+    pub async fn user_token(
+        &self,
+        user_id: &str,
+        ttl_seconds: Option<u32>,
+    ) -> Result<UserTokenOut, ClientError> {
+        let path = format!("/api/v1/users/{}/token", encode_path_segment(user_id));
+        self.post(&path, &UserTokenIn { ttl_seconds }).await
+    }
+}
+
+/// Percent-encodes a path segment (user ids may hold `@`, `:` and `+`).
+pub(crate) fn encode_path_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for b in segment.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

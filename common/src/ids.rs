@@ -1,0 +1,166 @@
+//! Typed, prefixed, time-ordered identifiers (`notif_…`, `tnt_…`). The body is a UUIDv7 in
+//! lowercase Crockford base32 (26 characters), so ids sort by creation time as plain strings.
+
+use std::fmt;
+
+/// Why a string is not an id of the expected kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected an id starting with `{prefix}` followed by 26 base32 characters")]
+pub struct IdError {
+    pub prefix: &'static str,
+}
+
+const CROCKFORD: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
+
+/// Encodes 128 bits as 26 Crockford base32 characters, most significant first, so that the
+/// lexical order of the text is the numeric order of the value.
+fn encode_base32(value: u128) -> String {
+    let mut out = [0u8; 26];
+    for (i, slot) in out.iter_mut().enumerate() {
+        let shift = 5 * (25 - i);
+        *slot = CROCKFORD[((value >> shift) & 0x1f) as usize];
+    }
+    out.iter().map(|&b| b as char).collect()
+}
+
+fn is_base32_body(body: &str) -> bool {
+    body.len() == 26
+        && body.bytes().all(|b| CROCKFORD.contains(&b))
+        // 26 characters hold 130 bits: the first may carry at most 3 bits.
+        && body.as_bytes()[0] <= b'7'
+}
+
+/// A new time-ordered id body.
+pub fn new_body() -> String {
+    encode_base32(uuid::Uuid::now_v7().as_u128())
+}
+
+macro_rules! prefixed_id {
+    ($(#[$meta:meta])* $name:ident, $prefix:literal) => {
+        $(#[$meta])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            pub const PREFIX: &'static str = $prefix;
+
+            /// A new id, later than every id made before it by this process.
+            #[allow(clippy::new_without_default)]
+            pub fn new() -> Self {
+                Self(format!("{}{}", $prefix, new_body()))
+            }
+
+            pub fn parse(text: &str) -> Result<Self, IdError> {
+                match text.strip_prefix($prefix) {
+                    Some(body) if is_base32_body(body) => Ok(Self(text.to_owned())),
+                    _ => Err(IdError { prefix: $prefix }),
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(text: String) -> Result<Self, IdError> {
+                Self::parse(&text)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(text: &str) -> Result<Self, IdError> {
+                Self::parse(text)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .pattern(Some(concat!("^", $prefix, "[0-9a-hjkmnp-tv-z]{26}$")))
+                    .examples([concat!($prefix, "01jd8x3v7q0000000000000000")])
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
+    };
+}
+
+prefixed_id!(/// A tenant: owns applications, domains and templates.
+    TenantId, "tnt_");
+prefixed_id!(/// An application: owns API keys, notifications, OTPs and its users' inboxes.
+    ApplicationId, "app_");
+prefixed_id!(/// An API key (the id, never the secret).
+    KeyId, "key_");
+prefixed_id!(/// A dispatched notification.
+    NotificationId, "notif_");
+prefixed_id!(/// An item of a user's in-app inbox.
+    InAppId, "inapp_");
+prefixed_id!(/// An OTP transaction.
+    OtpId, "otp_");
+prefixed_id!(/// A stream connection.
+    ConnectionId, "con_");
+prefixed_id!(/// A custom sending domain.
+    DomainId, "dom_");
+prefixed_id!(/// A stored template.
+    TemplateId, "tpl_");
+prefixed_id!(/// An event.
+    EventId, "evt_");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_sort_by_creation() {
+        let a = NotificationId::new();
+        let b = NotificationId::new();
+        assert!(a.as_str().starts_with("notif_"));
+        assert_eq!(a.as_str().len(), "notif_".len() + 26);
+        assert!(a < b, "{a} should sort before {b}");
+        assert_eq!(NotificationId::parse(a.as_str()), Ok(a.clone()));
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(serde_json::from_str::<NotificationId>(&json).unwrap(), a);
+    }
+
+    #[test]
+    fn wrong_prefix_or_body_is_rejected() {
+        let t = TenantId::new();
+        assert!(ApplicationId::parse(t.as_str()).is_err());
+        assert!(TenantId::parse("tnt_").is_err());
+        assert!(TenantId::parse("tnt_ZZZZZZZZZZZZZZZZZZZZZZZZZZ").is_err());
+        assert!(TenantId::parse("tnt_8zzzzzzzzzzzzzzzzzzzzzzzzz").is_err());
+        assert!(serde_json::from_str::<TenantId>("\"nope\"").is_err());
+    }
+
+    #[test]
+    fn base32_preserves_order() {
+        assert_eq!(encode_base32(0), "0".repeat(26));
+        assert!(encode_base32(1) < encode_base32(2));
+        assert!(encode_base32(u128::MAX - 1) < encode_base32(u128::MAX));
+        assert!(is_base32_body(&encode_base32(u128::MAX)));
+    }
+}

@@ -1,0 +1,15 @@
+//! Herald's API contract, shared by the daemon, the CLI, the TUI and the tests: typed prefixed
+//! ids, request/response types (`XxxIn` / `XxxOut`), the problem+json error body, and a typed
+//! HTTP client.
+
+pub mod api;
+pub mod client;
+pub mod error;
+pub mod ids;
+pub mod profile;
+pub mod scope;
+pub mod timestamp;
+
+pub use error::{ErrorCode, FieldError, Problem};
+pub use scope::Scope;
+pub use timestamp::Timestamp;

@@ -1,0 +1,159 @@
+//! `heraldd admin …`: bootstrap work done on the database directly, with the same configuration
+//! as `serve` (CONTRACT §3). Also the development credentials of `heraldd --dev`.
+
+use anyhow::{Context, bail};
+use herald_common::{
+    Scope, Timestamp,
+    api::admin::{ApplicationCreated, Bootstrapped, KeyCreated, KeyRevoked, TenantCreated},
+    ids::{ApplicationId, KeyId, TenantId},
+};
+
+use crate::{
+    auth::{api_key, user},
+    secret::ServerSecret,
+    state::AppState,
+    store::Store,
+};
+
+pub async fn create_tenant(store: &Store, name: &str) -> anyhow::Result<TenantCreated> {
+    let name = checked_name(name)?;
+    let record = store.create_tenant(name).await?;
+    Ok(TenantCreated {
+        tenant_id: TenantId::parse(&record.id)?,
+        name: record.name,
+    })
+}
+
+pub async fn create_application(
+    store: &Store,
+    secret: &ServerSecret,
+    tenant_id: &TenantId,
+    name: &str,
+) -> anyhow::Result<ApplicationCreated> {
+    let name = checked_name(name)?;
+    let Some(record) = store.create_application(tenant_id, name).await? else {
+        bail!("there is no tenant {tenant_id}");
+    };
+    Ok(ApplicationCreated {
+        application_id: ApplicationId::parse(&record.id)?,
+        tenant_id: tenant_id.clone(),
+        signing_secret: user::signing_secret(secret, &record),
+        name: record.name,
+    })
+}
+
+/// Creates a key; with no scopes named it gets [`Scope::defaults`].
+pub async fn create_key(
+    store: &Store,
+    application_id: &ApplicationId,
+    scopes: &[Scope],
+) -> anyhow::Result<KeyCreated> {
+    let mut scopes = if scopes.is_empty() {
+        Scope::defaults()
+    } else {
+        scopes.to_vec()
+    };
+    scopes.sort();
+    scopes.dedup();
+    let key = api_key::generate();
+    let Some(key_id) = store
+        .create_api_key(application_id, api_key::hash(&key), &scopes)
+        .await?
+    else {
+        bail!("there is no application {application_id}");
+    };
+    Ok(KeyCreated {
+        key_id,
+        api_key: key,
+        scopes,
+    })
+}
+
+pub async fn revoke_key(store: &Store, key_id: &KeyId) -> anyhow::Result<KeyRevoked> {
+    let revoked = store.revoke_api_key(key_id).await?;
+    if !revoked {
+        bail!("there is no active key {key_id}");
+    }
+    Ok(KeyRevoked {
+        key_id: key_id.clone(),
+        revoked,
+    })
+}
+
+/// A new tenant, an application and a key with every scope.
+pub async fn bootstrap(
+    store: &Store,
+    secret: &ServerSecret,
+    name: &str,
+) -> anyhow::Result<Bootstrapped> {
+    let tenant = create_tenant(store, name).await?;
+    let app = create_application(store, secret, &tenant.tenant_id, name).await?;
+    let key = create_key(store, &app.application_id, &Scope::ALL).await?;
+    Ok(Bootstrapped {
+        tenant_id: tenant.tenant_id,
+        application_id: app.application_id,
+        api_key: key.api_key,
+        key_id: key.key_id,
+        signing_secret: app.signing_secret,
+    })
+}
+
+fn checked_name(name: &str) -> anyhow::Result<String> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 200 {
+        bail!("a name must be 1 to 200 characters");
+    }
+    Ok(name.to_owned())
+}
+
+/// What `heraldd --dev` prints and writes into the CLI profile.
+pub struct DevCredentials {
+    pub bootstrap: Bootstrapped,
+    pub operator_token: String,
+    pub user_id: String,
+    pub user_token: String,
+}
+
+/// The development tenant of `--dev`: the one recorded in `<data_dir>/dev-credentials.json` if
+/// its key still works, else a new one. Tokens are minted fresh at every start.
+pub async fn dev_credentials(state: &AppState) -> anyhow::Result<DevCredentials> {
+    let path = state.config.data_dir.join("dev-credentials.json");
+    let saved = std::fs::read(&path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Bootstrapped>(&bytes).ok());
+    let reusable = match &saved {
+        Some(saved) => state
+            .store
+            .find_api_key(&api_key::hash(&saved.api_key))
+            .await?
+            .is_some_and(|k| k.revoked_at.is_none()),
+        None => false,
+    };
+    let bootstrap = match saved {
+        Some(saved) if reusable => saved,
+        _ => {
+            let created = bootstrap(&state.store, &state.secret, "Development").await?;
+            crate::secret::write_private_file(&path, &serde_json::to_vec_pretty(&created)?)?;
+            created
+        }
+    };
+    let idp = state
+        .dev_idp
+        .as_ref()
+        .context("the development identity provider is not running")?;
+    let operator_token = idp.operator_token(&bootstrap.tenant_id, 30 * 24 * 3600)?;
+    let app = state
+        .store
+        .get_application(&bootstrap.application_id)
+        .await?
+        .context("the development application is missing")?;
+    let user_id = "dev-user".to_owned();
+    let expires = Timestamp::from_millis((Timestamp::now().seconds() + 24 * 3600) * 1000);
+    let user_token = user::mint(&state.secret, &app, &user_id, expires)?;
+    Ok(DevCredentials {
+        bootstrap,
+        operator_token,
+        user_id,
+        user_token,
+    })
+}

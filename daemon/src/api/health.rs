@@ -1,0 +1,76 @@
+//! Operations: liveness, readiness, Prometheus metrics and the OpenAPI document.
+
+use axum::{
+    Json,
+    extract::State,
+    http::header,
+    response::{IntoResponse, Response},
+};
+use herald_common::{ErrorCode, api::health::HealthOut};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::{
+    error::{ApiError, ApiResult},
+    state::AppState,
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi_json))
+}
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "Alive", body = HealthOut)))]
+async fn healthz() -> Json<HealthOut> {
+    Json(HealthOut {
+        status: "ok".to_owned(),
+        database: None,
+    })
+}
+
+/// Readiness: the database answers.
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = HealthOut),
+        (status = 503, description = "The database is not reachable", body = herald_common::Problem,
+            content_type = "application/problem+json"),
+    ))]
+async fn readyz(State(state): State<AppState>) -> ApiResult<Json<HealthOut>> {
+    match tokio::time::timeout(std::time::Duration::from_secs(3), state.store.ping()).await {
+        Ok(Ok(())) => Ok(Json(HealthOut {
+            status: "ok".to_owned(),
+            database: Some(state.config.database.engine().to_owned()),
+        })),
+        _ => Err(ApiError::new(
+            ErrorCode::Unavailable,
+            "The database is not reachable.",
+        )),
+    }
+}
+
+/// Prometheus metrics (text exposition format).
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text", body = String, content_type = "text/plain")))]
+async fn metrics(State(state): State<AppState>) -> Response {
+    state.metrics.run_upkeep();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+/// This API's OpenAPI 3.1 document, generated from the code.
+#[utoipa::path(get, path = "/content/openapi.json", tag = "operations",
+    responses((status = 200, description = "OpenAPI 3.1 document", body = Object)))]
+async fn openapi_json(State(state): State<AppState>) -> Response {
+    let body = state.openapi.get().cloned().unwrap_or_default();
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}

@@ -1,0 +1,120 @@
+//! The HTTP API: one router per resource, merged here with the middleware and the OpenAPI
+//! document. Routes are only ever added through `utoipa_axum::routes!`, which registers the
+//! handler and its OpenAPI operation together, so the document cannot miss a route.
+
+mod dev;
+pub mod extract;
+mod health;
+mod identity;
+mod users;
+
+use axum::{
+    Router,
+    extract::DefaultBodyLimit,
+    http::{HeaderName, Request},
+    response::{IntoResponse, Response},
+};
+use herald_common::{ErrorCode, FieldError, Problem};
+use tower_http::{
+    catch_panic::CatchPanicLayer,
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    trace::{DefaultOnResponse, TraceLayer},
+};
+use utoipa::{
+    Modify, OpenApi,
+    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+};
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::{error::ApiError, state::AppState};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Herald",
+        description = "Self-hosted notification delivery: email, SMS, WhatsApp and in-app, one-time passwords, \
+                       custom sending domains and a masked activity feed. Errors are RFC 9457 problems.",
+        license(name = "Apache-2.0"),
+    ),
+    components(schemas(Problem, FieldError, ErrorCode)),
+    modifiers(&SecuritySchemes),
+    tags(
+        (name = "operations", description = "Health, metrics and this document"),
+        (name = "identity", description = "Credentials and applications"),
+        (name = "users", description = "End-user tokens"),
+    )
+)]
+struct ApiDoc;
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let bearer = |format: &str, description: &str| {
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format(format)
+                    .description(Some(description))
+                    .build(),
+            )
+        };
+        components
+            .add_security_scheme("api_key", bearer("hk_…", "An application's secret API key"));
+        components.add_security_scheme(
+            "operator",
+            bearer("JWT", "An operator token from the identity provider"),
+        );
+        components.add_security_scheme("user", bearer("JWT", "An end user's HS256 token"));
+    }
+}
+
+fn api_router(dev: bool) -> OpenApiRouter<AppState> {
+    let router = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(health::router())
+        .merge(identity::router())
+        .merge(users::router());
+    if dev {
+        router.merge(dev::router())
+    } else {
+        router
+    }
+}
+
+/// The OpenAPI document of the daemon (with the development routes when `dev`).
+pub fn openapi(dev: bool) -> utoipa::openapi::OpenApi {
+    api_router(dev).split_for_parts().1
+}
+
+/// The complete application: routes, fallbacks and middleware.
+pub fn router(state: AppState) -> Router {
+    let (routes, doc) = api_router(state.config.dev).split_for_parts();
+    let _ = state.openapi.set(doc.to_json().unwrap_or_default());
+    let request_id = HeaderName::from_static("x-request-id");
+    routes
+        .fallback(|| async { ApiError::new(ErrorCode::RouteNotFound, "There is no such route.") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(ErrorCode::MethodNotAllowed, "This route does not take that method.")
+        })
+        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(crate::telemetry::track_requests))
+        .layer(CatchPanicLayer::custom(|_| -> Response {
+            ApiError::internal(anyhow::anyhow!("a handler panicked")).into_response()
+        }))
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request<_>| {
+                    let id = request
+                        .headers()
+                        .get("x-request-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default();
+                    tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
+                })
+                .on_response(DefaultOnResponse::new().level(tracing::Level::DEBUG)),
+        )
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .with_state(state)
+}

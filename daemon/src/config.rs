@@ -1,0 +1,818 @@
+//! Configuration: built-in defaults, then a TOML file (`--config`), then `HERALD_*` environment
+//! variables, then command-line flags. Every value is validated at load; a bad one is reported
+//! with the variable's name, where it came from and why, and the daemon does not start.
+//! Secrets are wrapped in [`Secret`] so that `Debug` never prints them.
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+/// A value that must not be printed: `Debug` and `Display` show `[redacted]`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// One configuration key: its file name (the variable name is `HERALD_` + upper case), its
+/// default, and what it means. This table is the single source for loading,
+/// `print-default-config` and the configuration docs.
+pub struct Key {
+    pub name: &'static str,
+    pub default: Option<&'static str>,
+    pub help: &'static str,
+}
+
+impl Key {
+    pub fn env_name(&self) -> String {
+        format!("HERALD_{}", self.name.to_ascii_uppercase())
+    }
+}
+
+macro_rules! keys {
+    ($($name:literal => $default:expr, $help:literal;)*) => {
+        pub const KEYS: &[Key] = &[$(Key { name: $name, default: $default, help: $help }),*];
+    };
+}
+
+keys! {
+    "listen" => Some("127.0.0.1:8080"), "Address the daemon binds.";
+    "database_url" => Some("sqlite://herald-data/herald.db"), "sqlite://PATH (embedded default) or postgres://USER@HOST/DB.";
+    "database_max_connections" => Some("8"), "Connections in the read pool (and, on PostgreSQL, the writers share these).";
+    "sqlite_synchronous" => Some("full"), "SQLite durability: full (fsync every group commit) or normal (WAL checkpoints only).";
+    "data_dir" => Some("herald-data"), "Folder for the generated secret, the email outbox and development files.";
+    "secret" => None, "Server-side secret (at least 32 characters): OTP hashes, signing secrets. Generated once into the data folder when unset; set it when several daemons share a database.";
+    "smtp_url" => None, "smtp://[user:pass@]host:port (STARTTLS if offered), smtp+starttls:// (required), smtps:// (TLS), smtp+plain:// (never TLS). Unset: email is written to <data_dir>/outbox/ as .eml files.";
+    "email_from" => Some("Herald <no-reply@localhost>"), "Default sender of email.";
+    "sms_provider" => Some("log"), "twilio (Twilio-compatible REST) or log.";
+    "twilio_base_url" => Some("https://api.twilio.com"), "Base URL of the Twilio-compatible API.";
+    "twilio_account_sid" => None, "Twilio account SID (required with sms_provider=twilio).";
+    "twilio_auth_token" => None, "Twilio auth token (required with sms_provider=twilio).";
+    "sms_from" => None, "Sender number for SMS, E.164 (required with sms_provider=twilio).";
+    "whatsapp_provider" => Some("log"), "meta (WhatsApp Cloud API) or log.";
+    "whatsapp_base_url" => Some("https://graph.facebook.com"), "Base URL of the WhatsApp Cloud API.";
+    "whatsapp_api_version" => Some("v21.0"), "Cloud API version path segment.";
+    "whatsapp_phone_number_id" => None, "Cloud API phone number id (required with whatsapp_provider=meta).";
+    "whatsapp_token" => None, "Cloud API bearer token (required with whatsapp_provider=meta).";
+    "dns_nameservers" => None, "Comma-separated ip:port list for domain verification; unset: the system resolver.";
+    "spf_include" => Some("spf.herald.localhost"), "What a sending domain's SPF record must include.";
+    "operator_jwks_url" => None, "JWKS URL of the operators' identity provider.";
+    "operator_issuer" => None, "Required `iss` of operator tokens.";
+    "operator_audience" => None, "Required `aud` of operator tokens.";
+    "operator_algorithms" => Some("RS256,ES256"), "Accepted operator token algorithms (RS256, RS384, RS512, PS256, ES256, ES384, EdDSA; never HS* or none).";
+    "operator_jwks_refresh_seconds" => Some("30"), "Least time between two JWKS fetches caused by an unknown kid.";
+    "operator_jwks_max_age_seconds" => Some("300"), "A cached JWKS older than this is fetched again.";
+    "stream_heartbeat_seconds" => Some("15"), "Heartbeat interval of SSE streams.";
+    "retry_schedule" => Some("5s,30s,2m,10m,30m"), "Delays between automatic delivery attempts (ms/s/m/h); after the last, failed.";
+    "log" => Some("info"), "Log filter (tracing EnvFilter syntax).";
+    "log_format" => Some("text"), "text or json.";
+}
+
+/// Where a value came from, for error messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    File(PathBuf),
+    Environment,
+    Flag,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("the default"),
+            Source::File(path) => write!(f, "config file {}", path.display()),
+            Source::Environment => f.write_str("the environment"),
+            Source::Flag => f.write_str("a command-line flag"),
+        }
+    }
+}
+
+/// Everything wrong with a configuration, one line per problem.
+#[derive(Debug)]
+pub struct ConfigError(pub Vec<String>);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "invalid configuration:")?;
+        for line in &self.0 {
+            writeln!(f, "  - {line}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    Sqlite { url: String, path: PathBuf },
+    Postgres(Secret),
+}
+
+impl DatabaseUrl {
+    pub fn engine(&self) -> &'static str {
+        match self {
+            DatabaseUrl::Sqlite { .. } => "sqlite",
+            DatabaseUrl::Postgres(_) => "postgres",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Debug)]
+pub struct SmtpConfig {
+    pub url: Secret,
+    pub host: String,
+}
+
+#[derive(Clone, Debug)]
+pub enum SmsProvider {
+    Log,
+    Twilio {
+        base_url: String,
+        account_sid: String,
+        auth_token: Secret,
+        from: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub enum WhatsappProvider {
+    Log,
+    Meta {
+        base_url: String,
+        api_version: String,
+        phone_number_id: String,
+        token: Secret,
+    },
+}
+
+/// The operators' identity provider.
+#[derive(Clone, Debug)]
+pub struct OperatorIdp {
+    pub jwks_url: String,
+    pub issuer: String,
+    pub audience: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub database: DatabaseUrl,
+    pub database_max_connections: u32,
+    pub sqlite_synchronous_full: bool,
+    pub data_dir: PathBuf,
+    /// `None` means: use (or create) the secret file in `data_dir`.
+    pub secret: Option<Secret>,
+    pub smtp: Option<SmtpConfig>,
+    pub email_from: String,
+    pub sms: SmsProvider,
+    pub whatsapp: WhatsappProvider,
+    pub dns_nameservers: Vec<SocketAddr>,
+    pub spf_include: String,
+    /// `None` without a configured provider; `--dev` fills it with the built-in one.
+    pub operator_idp: Option<OperatorIdp>,
+    pub operator_algorithms: Vec<jsonwebtoken::Algorithm>,
+    pub operator_jwks_refresh: Duration,
+    pub operator_jwks_max_age: Duration,
+    pub stream_heartbeat: Duration,
+    pub retry_schedule: Vec<Duration>,
+    pub log: String,
+    pub log_format: LogFormat,
+    /// Development mode: a built-in identity provider and printed credentials.
+    pub dev: bool,
+}
+
+/// Raw values by key, each with its source.
+#[derive(Default)]
+pub struct Layers {
+    values: BTreeMap<&'static str, (String, Source)>,
+    errors: Vec<String>,
+}
+
+fn find_key(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+impl Layers {
+    pub fn new() -> Self {
+        let mut layers = Self::default();
+        for key in KEYS {
+            if let Some(default) = key.default {
+                layers
+                    .values
+                    .insert(key.name, (default.to_owned(), Source::Default));
+            }
+        }
+        layers
+    }
+
+    /// Reads a TOML file whose keys are the lower-case names (`listen = "0.0.0.0:8080"`).
+    /// Unknown keys are errors, so a typo does not pass silently.
+    pub fn file(mut self, path: &Path) -> Self {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) => {
+                self.errors
+                    .push(format!("cannot read config file {}: {e}", path.display()));
+                return self;
+            }
+        };
+        let table = match text.parse::<toml::Table>() {
+            Ok(table) => table,
+            Err(e) => {
+                self.errors.push(format!(
+                    "config file {} is not valid TOML: {e}",
+                    path.display()
+                ));
+                return self;
+            }
+        };
+        for (name, value) in table {
+            let Some(key) = find_key(&name) else {
+                self.errors.push(format!(
+                    "config file {}: unknown key `{name}` (see `heraldd print-default-config`)",
+                    path.display()
+                ));
+                continue;
+            };
+            let text = match value {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                toml::Value::Array(items) => items
+                    .iter()
+                    .map(|v| {
+                        v.as_str()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| v.to_string())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => {
+                    self.errors.push(format!(
+                        "config file {}: `{name}` must be a string or number, not {}",
+                        path.display(),
+                        other.type_str()
+                    ));
+                    continue;
+                }
+            };
+            self.values
+                .insert(key.name, (text, Source::File(path.to_owned())));
+        }
+        self
+    }
+
+    /// Applies `HERALD_*` variables. Other `HERALD_` variables (the CLI's, the tests') are
+    /// ignored here.
+    pub fn env(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        let vars: BTreeMap<String, String> = vars.into_iter().collect();
+        for key in KEYS {
+            if let Some(value) = vars.get(&key.env_name()) {
+                self.values
+                    .insert(key.name, (value.clone(), Source::Environment));
+            }
+        }
+        self
+    }
+
+    /// Applies a command-line flag.
+    pub fn flag(mut self, name: &'static str, value: Option<String>) -> Self {
+        if let (Some(value), Some(key)) = (value, find_key(name)) {
+            self.values.insert(key.name, (value, Source::Flag));
+        }
+        self
+    }
+
+    pub fn build(self, dev: bool) -> Result<Config, ConfigError> {
+        let mut p = Parser {
+            layers: &self,
+            errors: self.errors.clone(),
+        };
+        let listen = p.parse("listen", |v| {
+            v.parse::<SocketAddr>()
+                .map_err(|_| "is not a socket address (expected e.g. 127.0.0.1:8080)".to_owned())
+        });
+        let database = p.parse("database_url", parse_database_url);
+        let database_max_connections =
+            p.parse("database_max_connections", |v| match v.parse::<u32>() {
+                Ok(n) if (1..=256).contains(&n) => Ok(n),
+                _ => Err("must be a whole number from 1 to 256".to_owned()),
+            });
+        let sqlite_synchronous_full = p.parse("sqlite_synchronous", |v| match v {
+            "full" => Ok(true),
+            "normal" => Ok(false),
+            _ => Err("must be `full` or `normal`".to_owned()),
+        });
+        let data_dir = p.parse("data_dir", |v| {
+            if v.is_empty() {
+                Err("must not be empty".to_owned())
+            } else {
+                Ok(PathBuf::from(v))
+            }
+        });
+        let secret = p.optional("secret", |v| {
+            if v.len() < 32 {
+                Err("must be at least 32 characters (e.g. `openssl rand -base64 32`)".to_owned())
+            } else {
+                Ok(Secret::new(v))
+            }
+        });
+        let smtp = p.optional("smtp_url", parse_smtp_url);
+        let email_from = p.parse("email_from", |v| {
+            if v.contains('@') {
+                Ok(v.to_owned())
+            } else {
+                Err("is not an email address".to_owned())
+            }
+        });
+        let sms = p.sms();
+        let whatsapp = p.whatsapp();
+        let dns_nameservers = p
+            .optional("dns_nameservers", |v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| {
+                        s.parse::<SocketAddr>()
+                            .or_else(|_| {
+                                s.parse::<std::net::IpAddr>()
+                                    .map(|ip| SocketAddr::new(ip, 53))
+                            })
+                            .map_err(|_| format!("`{s}` is not an ip or ip:port"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .unwrap_or_default();
+        let spf_include = p.parse("spf_include", |v| {
+            if v.is_empty() || v.contains(char::is_whitespace) {
+                Err("must be a domain name".to_owned())
+            } else {
+                Ok(v.to_owned())
+            }
+        });
+        let operator_idp = p.operator_idp();
+        let operator_algorithms = p.parse("operator_algorithms", parse_algorithms);
+        let operator_jwks_refresh = p.parse("operator_jwks_refresh_seconds", |v| {
+            parse_seconds(v, 0, 86_400)
+        });
+        let operator_jwks_max_age = p.parse("operator_jwks_max_age_seconds", |v| {
+            parse_seconds(v, 1, 86_400)
+        });
+        let stream_heartbeat = p.parse("stream_heartbeat_seconds", |v| parse_seconds(v, 1, 3_600));
+        let retry_schedule = p.parse("retry_schedule", parse_schedule);
+        let log = p.parse("log", |v| {
+            tracing_subscriber::EnvFilter::try_new(v)
+                .map(|_| v.to_owned())
+                .map_err(|e| format!("is not a valid log filter: {e}"))
+        });
+        let log_format = p.parse("log_format", |v| match v {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err("must be `text` or `json`".to_owned()),
+        });
+        if !p.errors.is_empty() {
+            return Err(ConfigError(p.errors));
+        }
+        // Every `parse` above succeeded, so every value is present.
+        let missing = || ConfigError(vec!["internal: a checked value is missing".to_owned()]);
+        Ok(Config {
+            listen: listen.ok_or_else(missing)?,
+            database: database.ok_or_else(missing)?,
+            database_max_connections: database_max_connections.ok_or_else(missing)?,
+            sqlite_synchronous_full: sqlite_synchronous_full.ok_or_else(missing)?,
+            data_dir: data_dir.ok_or_else(missing)?,
+            secret,
+            smtp,
+            email_from: email_from.ok_or_else(missing)?,
+            sms: sms.ok_or_else(missing)?,
+            whatsapp: whatsapp.ok_or_else(missing)?,
+            dns_nameservers,
+            spf_include: spf_include.ok_or_else(missing)?,
+            operator_idp,
+            operator_algorithms: operator_algorithms.ok_or_else(missing)?,
+            operator_jwks_refresh: operator_jwks_refresh.ok_or_else(missing)?,
+            operator_jwks_max_age: operator_jwks_max_age.ok_or_else(missing)?,
+            stream_heartbeat: stream_heartbeat.ok_or_else(missing)?,
+            retry_schedule: retry_schedule.ok_or_else(missing)?,
+            log: log.ok_or_else(missing)?,
+            log_format: log_format.ok_or_else(missing)?,
+            dev,
+        })
+    }
+}
+
+struct Parser<'a> {
+    layers: &'a Layers,
+    errors: Vec<String>,
+}
+
+impl Parser<'_> {
+    fn raw(&self, name: &str) -> Option<&(String, Source)> {
+        self.layers.values.get(name).filter(|(v, _)| !v.is_empty())
+    }
+
+    fn fail(&mut self, name: &str, source: &Source, message: impl fmt::Display) {
+        let env = format!("HERALD_{}", name.to_ascii_uppercase());
+        self.errors.push(format!("{env} (from {source}) {message}"));
+    }
+
+    fn optional<T>(&mut self, name: &str, f: impl FnOnce(&str) -> Result<T, String>) -> Option<T> {
+        let (value, source) = self.raw(name)?.clone();
+        match f(&value) {
+            Ok(v) => Some(v),
+            Err(message) => {
+                let shown =
+                    if name.contains("secret") || name.contains("token") || name.contains("url") {
+                        String::new()
+                    } else {
+                        format!(": `{value}`")
+                    };
+                self.fail(name, &source, format!("{message}{shown}"));
+                None
+            }
+        }
+    }
+
+    fn parse<T>(&mut self, name: &str, f: impl FnOnce(&str) -> Result<T, String>) -> Option<T> {
+        if self.raw(name).is_none() {
+            self.errors
+                .push(format!("HERALD_{} must be set", name.to_ascii_uppercase()));
+            return None;
+        }
+        self.optional(name, f)
+    }
+
+    fn require(&mut self, name: &str, because: &str) -> Option<String> {
+        match self.raw(name) {
+            Some((v, _)) => Some(v.clone()),
+            None => {
+                self.errors.push(format!(
+                    "HERALD_{} must be set {because}",
+                    name.to_ascii_uppercase()
+                ));
+                None
+            }
+        }
+    }
+
+    fn sms(&mut self) -> Option<SmsProvider> {
+        let kind = self.parse("sms_provider", |v| match v {
+            "log" | "twilio" => Ok(v.to_owned()),
+            _ => Err("must be `twilio` or `log`".to_owned()),
+        })?;
+        if kind == "log" {
+            return Some(SmsProvider::Log);
+        }
+        let because = "when HERALD_SMS_PROVIDER=twilio";
+        let base_url = self.parse("twilio_base_url", parse_http_url);
+        let account_sid = self.require("twilio_account_sid", because);
+        let auth_token = self.require("twilio_auth_token", because);
+        let from = self.require("sms_from", because);
+        Some(SmsProvider::Twilio {
+            base_url: base_url?,
+            account_sid: account_sid?,
+            auth_token: Secret::new(auth_token?),
+            from: from?,
+        })
+    }
+
+    fn whatsapp(&mut self) -> Option<WhatsappProvider> {
+        let kind = self.parse("whatsapp_provider", |v| match v {
+            "log" | "meta" => Ok(v.to_owned()),
+            _ => Err("must be `meta` or `log`".to_owned()),
+        })?;
+        if kind == "log" {
+            return Some(WhatsappProvider::Log);
+        }
+        let because = "when HERALD_WHATSAPP_PROVIDER=meta";
+        let base_url = self.parse("whatsapp_base_url", parse_http_url);
+        let api_version = self.parse("whatsapp_api_version", |v| Ok(v.to_owned()));
+        let phone_number_id = self.require("whatsapp_phone_number_id", because);
+        let token = self.require("whatsapp_token", because);
+        Some(WhatsappProvider::Meta {
+            base_url: base_url?,
+            api_version: api_version?,
+            phone_number_id: phone_number_id?,
+            token: Secret::new(token?),
+        })
+    }
+
+    fn operator_idp(&mut self) -> Option<OperatorIdp> {
+        let jwks_url = self.optional("operator_jwks_url", parse_http_url)?;
+        let because = "when HERALD_OPERATOR_JWKS_URL is set";
+        let issuer = self.require("operator_issuer", because);
+        let audience = self.require("operator_audience", because);
+        Some(OperatorIdp {
+            jwks_url,
+            issuer: issuer?,
+            audience: audience?,
+        })
+    }
+}
+
+fn parse_http_url(v: &str) -> Result<String, String> {
+    if (v.starts_with("http://") || v.starts_with("https://")) && v.len() > "https://".len() {
+        Ok(v.trim_end_matches('/').to_owned())
+    } else {
+        Err("must be an http:// or https:// URL".to_owned())
+    }
+}
+
+fn parse_database_url(v: &str) -> Result<DatabaseUrl, String> {
+    if let Some(rest) = v
+        .strip_prefix("sqlite://")
+        .or_else(|| v.strip_prefix("sqlite:"))
+    {
+        let path = rest.split('?').next().unwrap_or_default();
+        if path.is_empty() || path == ":memory:" {
+            return Err("needs a file path (e.g. sqlite://herald-data/herald.db)".to_owned());
+        }
+        return Ok(DatabaseUrl::Sqlite {
+            url: v.to_owned(),
+            path: PathBuf::from(path),
+        });
+    }
+    if v.starts_with("postgres://") || v.starts_with("postgresql://") {
+        return Ok(DatabaseUrl::Postgres(Secret::new(v)));
+    }
+    Err("must start with sqlite:// or postgres://".to_owned())
+}
+
+fn parse_smtp_url(v: &str) -> Result<SmtpConfig, String> {
+    let Some((scheme, rest)) = v.split_once("://") else {
+        return Err("must look like smtp://host:port".to_owned());
+    };
+    if !["smtp", "smtps", "smtp+starttls", "smtp+plain"].contains(&scheme) {
+        return Err("scheme must be smtp, smtps, smtp+starttls or smtp+plain".to_owned());
+    }
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let host = host_port.rsplit_once(':').map_or(host_port, |(h, _)| h);
+    if host.is_empty() {
+        return Err("has no host".to_owned());
+    }
+    Ok(SmtpConfig {
+        url: Secret::new(v),
+        host: host.to_owned(),
+    })
+}
+
+fn parse_algorithms(v: &str) -> Result<Vec<jsonwebtoken::Algorithm>, String> {
+    use jsonwebtoken::Algorithm::*;
+    let mut out = Vec::new();
+    for name in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let alg = match name {
+            "RS256" => RS256,
+            "RS384" => RS384,
+            "RS512" => RS512,
+            "PS256" => PS256,
+            "PS384" => PS384,
+            "PS512" => PS512,
+            "ES256" => ES256,
+            "ES384" => ES384,
+            "EdDSA" => EdDSA,
+            "HS256" | "HS384" | "HS512" | "none" => {
+                return Err(format!(
+                    "may not contain {name}: operator tokens must be signed with a private key"
+                ));
+            }
+            other => return Err(format!("`{other}` is not a known algorithm")),
+        };
+        out.push(alg);
+    }
+    if out.is_empty() {
+        return Err("must name at least one algorithm".to_owned());
+    }
+    Ok(out)
+}
+
+fn parse_seconds(v: &str, min: u64, max: u64) -> Result<Duration, String> {
+    match v.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(Duration::from_secs(n)),
+        _ => Err(format!(
+            "must be a whole number of seconds from {min} to {max}"
+        )),
+    }
+}
+
+/// Parses `500ms`, `5s`, `2m`, `1h`.
+pub fn parse_duration(v: &str) -> Result<Duration, String> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{v}` does not start with a number"))?;
+    let millis = match unit {
+        "ms" => n,
+        "s" => n * 1_000,
+        "m" => n * 60_000,
+        "h" => n * 3_600_000,
+        _ => return Err(format!("`{v}` needs a unit: ms, s, m or h")),
+    };
+    Ok(Duration::from_millis(millis))
+}
+
+fn parse_schedule(v: &str) -> Result<Vec<Duration>, String> {
+    let delays = v
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(parse_duration)
+        .collect::<Result<Vec<_>, _>>()?;
+    if delays.len() > 20 {
+        return Err("may hold at most 20 delays".to_owned());
+    }
+    if delays
+        .iter()
+        .any(|d| *d > Duration::from_secs(7 * 24 * 3600))
+    {
+        return Err("delays may be at most 7 days".to_owned());
+    }
+    Ok(delays)
+}
+
+/// The annotated default configuration file, for `heraldd print-default-config`.
+pub fn default_config_toml() -> String {
+    let mut out = String::from(
+        "# Herald daemon configuration. Every key may also be set as an environment variable\n\
+         # HERALD_<KEY> (upper case), which wins over this file; flags win over both.\n\n",
+    );
+    for key in KEYS {
+        out.push_str(&format!("# {}\n# env: {}\n", key.help, key.env_name()));
+        match key.default {
+            Some(default) => out.push_str(&format!("{} = {:?}\n\n", key.name, default)),
+            None => out.push_str(&format!("# {} = \"\"\n\n", key.name)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let config = Layers::new().build(false).unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.database.engine(), "sqlite");
+        assert_eq!(config.retry_schedule.len(), 5);
+        assert_eq!(config.stream_heartbeat, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_and_the_source() {
+        let err = Layers::new()
+            .env(env(&[
+                ("HERALD_LISTEN", "nowhere"),
+                ("HERALD_RETRY_SCHEDULE", "5x"),
+            ]))
+            .build(false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("HERALD_LISTEN (from the environment) is not a socket address"),
+            "{err}"
+        );
+        assert!(err.contains("HERALD_RETRY_SCHEDULE"), "{err}");
+    }
+
+    #[test]
+    fn env_wins_over_file_and_flags_over_env() {
+        let dir = tempfile_dir();
+        let file = dir.join("herald.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:1\"\nstream_heartbeat_seconds = 2\n",
+        )
+        .unwrap();
+        let config = Layers::new()
+            .file(&file)
+            .env(env(&[("HERALD_LISTEN", "127.0.0.1:2")]))
+            .build(false)
+            .unwrap();
+        assert_eq!(config.listen.port(), 2);
+        assert_eq!(config.stream_heartbeat, Duration::from_secs(2));
+        let config = Layers::new()
+            .env(env(&[("HERALD_LISTEN", "127.0.0.1:2")]))
+            .flag("listen", Some("127.0.0.1:3".into()))
+            .build(false)
+            .unwrap();
+        assert_eq!(config.listen.port(), 3);
+    }
+
+    #[test]
+    fn unknown_file_keys_are_rejected() {
+        let dir = tempfile_dir();
+        let file = dir.join("herald.toml");
+        std::fs::write(&file, "lisen = \"x\"\n").unwrap();
+        let err = Layers::new()
+            .file(&file)
+            .build(false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown key `lisen`"), "{err}");
+    }
+
+    #[test]
+    fn providers_require_their_settings() {
+        let err = Layers::new()
+            .env(env(&[("HERALD_SMS_PROVIDER", "twilio")]))
+            .build(false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("HERALD_TWILIO_ACCOUNT_SID must be set when HERALD_SMS_PROVIDER=twilio"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn operator_algorithms_never_allow_hmac_or_none() {
+        for bad in ["HS256", "RS256,none"] {
+            let err = Layers::new()
+                .env(env(&[("HERALD_OPERATOR_ALGORITHMS", bad)]))
+                .build(false)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("HERALD_OPERATOR_ALGORITHMS"), "{err}");
+        }
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_debug_and_errors() {
+        let config = Layers::new()
+            .env(env(&[
+                ("HERALD_SECRET", "s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t"),
+                (
+                    "HERALD_DATABASE_URL",
+                    "postgres://user:pw-in-url@localhost/db",
+                ),
+            ]))
+            .build(false)
+            .unwrap();
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("s3cr3t"), "{debug}");
+        assert!(!debug.contains("pw-in-url"), "{debug}");
+        let err = Layers::new()
+            .env(env(&[("HERALD_SECRET", "short-secret-value")]))
+            .build(false)
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("short-secret-value"), "{err}");
+    }
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("5").is_err());
+    }
+
+    #[test]
+    fn the_default_file_parses_back() {
+        let dir = tempfile_dir();
+        let file = dir.join("default.toml");
+        std::fs::write(&file, default_config_toml()).unwrap();
+        Layers::new().file(&file).build(false).unwrap();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("herald-config-{}", herald_common::ids::new_body()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}

@@ -1,0 +1,134 @@
+//! The one place where errors become HTTP responses: every failure is an RFC 9457 problem with
+//! a stable `code`. Server-side failures are logged (inside the request's span, with its request
+//! id) and answered with a body that reveals nothing of the cause.
+
+use axum::{
+    http::{HeaderName, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use herald_common::{ErrorCode, FieldError, Problem, error::PROBLEM_CONTENT_TYPE};
+
+use crate::store::StoreError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub problem: Problem,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    /// The cause of a 5xx, for the log only.
+    source: Option<anyhow::Error>,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Self {
+            problem: Problem::new(code, detail),
+            headers: Vec::new(),
+            source: None,
+        }
+    }
+
+    pub fn with_header(mut self, name: HeaderName, value: &str) -> Self {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            self.headers.push((name, value));
+        }
+        self
+    }
+
+    pub fn validation(errors: Vec<FieldError>) -> Self {
+        let detail = match errors.as_slice() {
+            [one] => format!("`{}` {}", one.field, one.message),
+            _ => format!("{} fields are invalid", errors.len()),
+        };
+        let mut error = Self::new(ErrorCode::ValidationFailed, detail);
+        error.problem.errors = errors;
+        error
+    }
+
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::validation(vec![FieldError::new(field, message)])
+    }
+
+    /// 401 with `WWW-Authenticate: Bearer` (RFC 6750).
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        let detail = detail.into();
+        let challenge = format!(
+            "Bearer realm=\"herald\", error=\"invalid_token\", error_description=\"{}\"",
+            detail.replace('"', "'")
+        );
+        Self::new(ErrorCode::Unauthorized, detail).with_header(header::WWW_AUTHENTICATE, &challenge)
+    }
+
+    /// 403 naming the missing scope.
+    pub fn insufficient_scope(scope: herald_common::Scope) -> Self {
+        let mut error = Self::new(
+            ErrorCode::InsufficientScope,
+            format!("This credential lacks the `{scope}` scope."),
+        )
+        .with_header(
+            header::WWW_AUTHENTICATE,
+            &format!("Bearer realm=\"herald\", error=\"insufficient_scope\", scope=\"{scope}\""),
+        );
+        error.problem.scope = Some(scope.to_string());
+        error
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Self::new(ErrorCode::NotFound, format!("No such {what}."))
+    }
+
+    pub fn internal(source: impl Into<anyhow::Error>) -> Self {
+        let mut error = Self::new(
+            ErrorCode::Internal,
+            "Something went wrong on our side; it has been logged.",
+        );
+        error.source = Some(source.into());
+        error
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match &error {
+            StoreError::Database(sqlx::Error::PoolTimedOut) | StoreError::WriterGone => {
+                let mut e = ApiError::new(
+                    ErrorCode::Unavailable,
+                    "The database is not available; try again.",
+                )
+                .with_header(header::RETRY_AFTER, "1");
+                e.source = Some(error.into());
+                e
+            }
+            _ => ApiError::internal(error),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            match &self.source {
+                Some(source) => tracing::error!(
+                    code = self.problem.code.as_str(),
+                    error = format!("{source:#}"),
+                    "request failed"
+                ),
+                None => tracing::error!(code = self.problem.code.as_str(), "request failed"),
+            }
+        }
+        let body = serde_json::to_vec(&self.problem).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
+        );
+        for (name, value) in self.headers {
+            headers.insert(name, value);
+        }
+        response
+    }
+}

@@ -1,0 +1,122 @@
+//! heraldd: the Herald notification delivery daemon, as a library. [`run`] serves on a listener
+//! the caller has bound (tests bind `127.0.0.1:0`) until the shutdown token is cancelled.
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod admin;
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod secret;
+pub mod state;
+pub mod store;
+pub mod telemetry;
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, OnceLock},
+};
+
+use anyhow::Context;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    auth::{dev_idp::DevIdp, operator::OperatorVerifier},
+    config::{Config, OperatorIdp},
+    secret::ServerSecret,
+    state::AppState,
+    store::Store,
+};
+
+/// Binds `addr` with a deep accept backlog (the default 128 drops connections when thousands of
+/// clients connect at once).
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
+}
+
+/// Opens the store and everything else a daemon needs. `local_addr` is where the daemon is
+/// reachable, used to point the operator verifier at the built-in identity provider in `--dev`.
+pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Result<AppState> {
+    let secret = ServerSecret::load(config.secret.as_ref(), &config.data_dir)?;
+    let store = Store::open(&config)
+        .await
+        .context("cannot open the database")?;
+    let dev_idp = if config.dev && config.operator_idp.is_none() {
+        Some(Arc::new(DevIdp::load(&config.data_dir)?))
+    } else {
+        None
+    };
+    let idp = match (&config.operator_idp, &dev_idp) {
+        (Some(idp), _) => Some(idp.clone()),
+        (None, Some(_)) => {
+            let host = match local_addr.ip() {
+                ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_owned(),
+                ip if ip.is_unspecified() => "[::1]".to_owned(),
+                ip if ip.is_ipv6() => format!("[{ip}]"),
+                ip => ip.to_string(),
+            };
+            Some(OperatorIdp {
+                jwks_url: format!(
+                    "http://{host}:{}{}",
+                    local_addr.port(),
+                    auth::dev_idp::JWKS_PATH
+                ),
+                issuer: auth::dev_idp::ISSUER.to_owned(),
+                audience: auth::dev_idp::AUDIENCE.to_owned(),
+            })
+        }
+        (None, None) => None,
+    };
+    let operator = idp.map(|idp| {
+        Arc::new(OperatorVerifier::new(
+            idp,
+            config.operator_algorithms.clone(),
+            config.operator_jwks_refresh,
+            config.operator_jwks_max_age,
+        ))
+    });
+    Ok(AppState {
+        config: Arc::new(config),
+        store,
+        secret,
+        operator,
+        dev_idp,
+        metrics: telemetry::metrics_handle(),
+        openapi: Arc::new(OnceLock::new()),
+    })
+}
+
+/// Serves `state` on `listener` until `shutdown` is cancelled; requests in flight finish first.
+pub async fn serve(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let app = api::router(state.clone());
+    tracing::info!(addr = %listener.local_addr()?, database = state.config.database.engine(), "heraldd listening");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .context("server error")?;
+    state.store.close().await;
+    tracing::info!("heraldd stopped");
+    Ok(())
+}
+
+/// Builds the state and serves until `shutdown`.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let state = build_state(config, listener.local_addr()?).await?;
+    serve(state, listener, shutdown).await
+}

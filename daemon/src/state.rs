@@ -1,0 +1,26 @@
+//! What every handler and background task shares.
+
+use std::sync::{Arc, OnceLock};
+
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::{
+    auth::{dev_idp::DevIdp, operator::OperatorVerifier},
+    config::Config,
+    secret::ServerSecret,
+    store::Store,
+};
+
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub secret: ServerSecret,
+    /// `None` when no operator identity provider is configured (operator tokens are refused).
+    pub operator: Option<Arc<OperatorVerifier>>,
+    /// The built-in identity provider of `--dev`.
+    pub dev_idp: Option<Arc<DevIdp>>,
+    pub metrics: PrometheusHandle,
+    /// The OpenAPI document, rendered once when the router is built.
+    pub openapi: Arc<OnceLock<String>>,
+}

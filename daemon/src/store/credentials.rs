@@ -1,0 +1,202 @@
+//! Tenants, applications and API keys.
+
+use herald_common::{
+    Scope,
+    ids::{ApplicationId, KeyId, TenantId},
+};
+
+use super::{Store, StoreResult, execute, fetch, now_millis};
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct TenantRecord {
+    pub id: String,
+    pub name: String,
+    pub created_at: i64,
+}
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct ApplicationRecord {
+    pub id: String,
+    pub tenant_id: String,
+    pub name: String,
+    /// Bumped to rotate the application's signing secret (derived, never stored).
+    pub signing_generation: i64,
+    pub created_at: i64,
+}
+
+/// An API key as authentication sees it, joined with its application.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct ApiKeyRecord {
+    pub id: String,
+    pub application_id: String,
+    pub tenant_id: String,
+    pub scopes: String,
+    pub revoked_at: Option<i64>,
+}
+
+impl ApiKeyRecord {
+    pub fn scopes(&self) -> Vec<Scope> {
+        Scope::parse_list(&self.scopes)
+    }
+}
+
+impl Store {
+    pub async fn create_tenant(&self, name: String) -> StoreResult<TenantRecord> {
+        let record = TenantRecord {
+            id: TenantId::new().to_string(),
+            name,
+            created_at: now_millis(),
+        };
+        let row = record.clone();
+        self.write(move |conn| {
+            Box::pin(async move {
+                execute!(
+                    conn,
+                    "INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)",
+                    &row.id,
+                    &row.name,
+                    row.created_at
+                )?;
+                Ok(())
+            })
+        })
+        .await?;
+        Ok(record)
+    }
+
+    pub async fn get_tenant(&self, id: &TenantId) -> StoreResult<Option<TenantRecord>> {
+        let mut read = self.read().await?;
+        Ok(fetch!(
+            &mut read.conn(),
+            fetch_optional,
+            TenantRecord,
+            "SELECT id, name, created_at FROM tenants WHERE id = $1",
+            id.as_str()
+        )?)
+    }
+
+    /// Creates an application; `None` if the tenant does not exist.
+    pub async fn create_application(
+        &self,
+        tenant_id: &TenantId,
+        name: String,
+    ) -> StoreResult<Option<ApplicationRecord>> {
+        let record = ApplicationRecord {
+            id: ApplicationId::new().to_string(),
+            tenant_id: tenant_id.to_string(),
+            name,
+            signing_generation: 1,
+            created_at: now_millis(),
+        };
+        let row = record.clone();
+        let inserted = self
+            .write(move |conn| {
+                Box::pin(async move {
+                    Ok(execute!(
+                        conn,
+                        "INSERT INTO applications (id, tenant_id, name, signing_generation, created_at)
+                         SELECT $1, id, $3, $4, $5 FROM tenants WHERE id = $2",
+                        &row.id,
+                        &row.tenant_id,
+                        &row.name,
+                        row.signing_generation,
+                        row.created_at
+                    )?)
+                })
+            })
+            .await?;
+        Ok((inserted == 1).then_some(record))
+    }
+
+    pub async fn get_application(
+        &self,
+        id: &ApplicationId,
+    ) -> StoreResult<Option<ApplicationRecord>> {
+        let mut read = self.read().await?;
+        Ok(fetch!(
+            &mut read.conn(),
+            fetch_optional,
+            ApplicationRecord,
+            "SELECT id, tenant_id, name, signing_generation, created_at FROM applications WHERE id = $1",
+            id.as_str()
+        )?)
+    }
+
+    pub async fn list_applications(
+        &self,
+        tenant_id: &TenantId,
+    ) -> StoreResult<Vec<ApplicationRecord>> {
+        let mut read = self.read().await?;
+        Ok(fetch!(
+            &mut read.conn(),
+            fetch_all,
+            ApplicationRecord,
+            "SELECT id, tenant_id, name, signing_generation, created_at FROM applications
+             WHERE tenant_id = $1 ORDER BY id",
+            tenant_id.as_str()
+        )?)
+    }
+
+    /// Stores a new key's hash; `None` if the application does not exist.
+    pub async fn create_api_key(
+        &self,
+        application_id: &ApplicationId,
+        secret_hash: String,
+        scopes: &[Scope],
+    ) -> StoreResult<Option<KeyId>> {
+        let id = KeyId::new();
+        let (key, app, scopes) = (
+            id.to_string(),
+            application_id.to_string(),
+            Scope::join(scopes),
+        );
+        let inserted = self
+            .write(move |conn| {
+                Box::pin(async move {
+                    Ok(execute!(
+                        conn,
+                        "INSERT INTO api_keys (id, application_id, secret_hash, scopes, created_at)
+                         SELECT $1, id, $3, $4, $5 FROM applications WHERE id = $2",
+                        &key,
+                        &app,
+                        &secret_hash,
+                        &scopes,
+                        now_millis()
+                    )?)
+                })
+            })
+            .await?;
+        Ok((inserted == 1).then_some(id))
+    }
+
+    /// Revokes a key; `false` if there is no such key or it was already revoked.
+    pub async fn revoke_api_key(&self, id: &KeyId) -> StoreResult<bool> {
+        let id = id.to_string();
+        let updated = self
+            .write(move |conn| {
+                Box::pin(async move {
+                    Ok(execute!(
+                        conn,
+                        "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
+                        &id,
+                        now_millis()
+                    )?)
+                })
+            })
+            .await?;
+        Ok(updated == 1)
+    }
+
+    pub async fn find_api_key(&self, secret_hash: &str) -> StoreResult<Option<ApiKeyRecord>> {
+        let mut read = self.read().await?;
+        Ok(fetch!(
+            &mut read.conn(),
+            fetch_optional,
+            ApiKeyRecord,
+            "SELECT k.id, k.application_id, a.tenant_id, k.scopes, k.revoked_at
+             FROM api_keys k JOIN applications a ON a.id = k.application_id
+             WHERE k.secret_hash = $1",
+            secret_hash
+        )?)
+    }
+}
