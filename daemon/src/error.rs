@@ -10,9 +10,14 @@ use herald_common::{ErrorCode, FieldError, Problem, error::PROBLEM_CONTENT_TYPE}
 
 use crate::store::StoreError;
 
+/// An error on its way to becoming a problem response. Boxed: handlers return it by value on
+/// every path, and the happy path should not pay for its size.
 #[derive(Debug)]
-pub struct ApiError {
-    pub problem: Problem,
+pub struct ApiError(Box<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    problem: Problem,
     headers: Vec<(HeaderName, HeaderValue)>,
     /// The cause of a 5xx, for the log only.
     source: Option<anyhow::Error>,
@@ -22,16 +27,20 @@ pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
     pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
-        Self {
+        Self(Box::new(Inner {
             problem: Problem::new(code, detail),
             headers: Vec::new(),
             source: None,
-        }
+        }))
+    }
+
+    pub fn problem(&self) -> &Problem {
+        &self.0.problem
     }
 
     pub fn with_header(mut self, name: HeaderName, value: &str) -> Self {
         if let Ok(value) = HeaderValue::from_str(value) {
-            self.headers.push((name, value));
+            self.0.headers.push((name, value));
         }
         self
     }
@@ -42,7 +51,7 @@ impl ApiError {
             _ => format!("{} fields are invalid", errors.len()),
         };
         let mut error = Self::new(ErrorCode::ValidationFailed, detail);
-        error.problem.errors = errors;
+        error.0.problem.errors = errors;
         error
     }
 
@@ -70,7 +79,7 @@ impl ApiError {
             header::WWW_AUTHENTICATE,
             &format!("Bearer realm=\"herald\", error=\"insufficient_scope\", scope=\"{scope}\""),
         );
-        error.problem.scope = Some(scope.to_string());
+        error.0.problem.scope = Some(scope.to_string());
         error
     }
 
@@ -83,7 +92,7 @@ impl ApiError {
             ErrorCode::Internal,
             "Something went wrong on our side; it has been logged.",
         );
-        error.source = Some(source.into());
+        error.0.source = Some(source.into());
         error
     }
 }
@@ -97,7 +106,7 @@ impl From<StoreError> for ApiError {
                     "The database is not available; try again.",
                 )
                 .with_header(header::RETRY_AFTER, "1");
-                e.source = Some(error.into());
+                e.0.source = Some(error.into());
                 e
             }
             _ => ApiError::internal(error),
@@ -107,26 +116,31 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let Inner {
+            problem,
+            headers: extra,
+            source,
+        } = *self.0;
         let status =
-            StatusCode::from_u16(self.problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
-            match &self.source {
+            match &source {
                 Some(source) => tracing::error!(
-                    code = self.problem.code.as_str(),
+                    code = problem.code.as_str(),
                     error = format!("{source:#}"),
                     "request failed"
                 ),
-                None => tracing::error!(code = self.problem.code.as_str(), "request failed"),
+                None => tracing::error!(code = problem.code.as_str(), "request failed"),
             }
         }
-        let body = serde_json::to_vec(&self.problem).unwrap_or_default();
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
         let mut response = (status, body).into_response();
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
         );
-        for (name, value) in self.headers {
+        for (name, value) in extra {
             headers.insert(name, value);
         }
         response

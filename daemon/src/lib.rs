@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod api;
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod secret;

@@ -1,1 +1,36 @@
-//! placeholder
+//! The integration-test harness: starts the real daemon on `127.0.0.1:0` with a temporary SQLite
+//! file or a fresh PostgreSQL schema, an identity provider serving a JWKS with rotating keys on
+//! loopback, the typed client from `herald-common`, and a polling helper.
+
+pub mod backend;
+pub mod daemon;
+pub mod idp;
+
+pub use backend::Backend;
+pub use daemon::TestDaemon;
+pub use idp::TestIdp;
+
+use std::{future::Future, time::Duration};
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics after `timeout` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Installs the TLS crypto provider once (reqwest and sqlx use rustls with aws-lc-rs).
+pub fn init_crypto() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}

@@ -2,7 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Timestamp;
+use crate::{
+    Timestamp,
+    ids::{ApplicationId, TenantId},
+};
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -18,6 +21,15 @@ pub struct UserTokenOut {
     pub token: String,
     pub expires_at: Timestamp,
     pub user_id: String,
+}
+
+/// `GET /api/v1/users/me`.
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CurrentUserOut {
+    pub user_id: String,
+    pub tenant_id: TenantId,
+    pub application_id: ApplicationId,
+    pub expires_at: Timestamp,
 }
 
 /// The rules for a user id (the `recipient` of an `in_app` notification): 1 to 128 characters

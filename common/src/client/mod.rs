@@ -20,7 +20,7 @@ pub enum ClientError {
     #[error("unexpected response (HTTP {status}): {body}")]
     Unexpected { status: u16, body: String },
     /// The request did not get an answer.
-    #[error("request failed: {0}")]
+    #[error("cannot reach Herald")]
     Transport(#[from] reqwest::Error),
 }
 

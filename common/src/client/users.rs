@@ -1,7 +1,7 @@
 //! End-user tokens.
 
 use super::{Client, ClientError};
-use crate::api::users::{UserTokenIn, UserTokenOut};
+use crate::api::users::{CurrentUserOut, UserTokenIn, UserTokenOut};
 
 impl Client {
     /// Mints a token for `user_id` (needs an API key with `users:token`).
@@ -12,6 +12,13 @@ impl Client {
     ) -> Result<UserTokenOut, ClientError> {
         let path = format!("/api/v1/users/{}/token", encode_path_segment(user_id));
         self.post(&path, &UserTokenIn { ttl_seconds }).await
+    }
+}
+
+impl Client {
+    /// The user a user token belongs to.
+    pub async fn current_user(&self) -> Result<CurrentUserOut, ClientError> {
+        self.get("/api/v1/users/me").await
     }
 }
 

@@ -137,7 +137,10 @@ mod tests {
     }
 
     fn fails(json: &str) -> herald_common::Problem {
-        parse_json::<Body>(json.as_bytes()).unwrap_err().problem
+        parse_json::<Body>(json.as_bytes())
+            .unwrap_err()
+            .problem()
+            .clone()
     }
 
     #[test]

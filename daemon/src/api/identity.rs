@@ -32,8 +32,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "identity",
     security(("api_key" = []), ("operator" = []), ("user" = [])),
     responses(
-        (status = 200, body = WhoamiOut),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Success", body = WhoamiOut),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn whoami(AnyAuth(principal, _): AnyAuth<scopes::Authenticated>) -> Json<WhoamiOut> {
     Json(principal.whoami())
@@ -43,8 +43,8 @@ async fn whoami(AnyAuth(principal, _): AnyAuth<scopes::Authenticated>) -> Json<W
 #[utoipa::path(get, path = "/api/v1/applications", tag = "identity",
     security(("api_key" = []), ("operator" = [])),
     responses(
-        (status = 200, body = ApplicationListOut),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Success", body = ApplicationListOut),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn list_applications(
     State(state): State<AppState>,
@@ -60,9 +60,9 @@ async fn list_applications(
     params(("application_id" = String, Path)),
     security(("api_key" = []), ("operator" = [])),
     responses(
-        (status = 200, body = ApplicationOut),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
-        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Success", body = ApplicationOut),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such resource in the caller's tenant", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn get_application(
     State(state): State<AppState>,

@@ -6,19 +6,21 @@ use axum::{
 };
 use herald_common::{
     Problem, Timestamp,
-    api::users::{UserTokenIn, UserTokenOut, validate_user_id},
+    api::users::{CurrentUserOut, UserTokenIn, UserTokenOut, validate_user_id},
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::extract::AppJson;
 use crate::{
-    auth::{ApiKeyAuth, scopes, user},
+    auth::{ApiKeyAuth, UserAuth, scopes, user},
     error::{ApiError, ApiResult},
     state::AppState,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(issue_user_token))
+    OpenApiRouter::new()
+        .routes(routes!(issue_user_token))
+        .routes(routes!(current_user))
 }
 
 const DEFAULT_TTL: u32 = 3600;
@@ -31,10 +33,10 @@ const TTL_RANGE: std::ops::RangeInclusive<u32> = 60..=86_400;
     request_body = UserTokenIn,
     security(("api_key" = [])),
     responses(
-        (status = 200, body = UserTokenOut),
-        (status = 401, body = Problem, content_type = "application/problem+json"),
-        (status = 403, body = Problem, content_type = "application/problem+json"),
-        (status = 422, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Success", body = UserTokenOut),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The credential lacks the required scope", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field is invalid", body = Problem, content_type = "application/problem+json"),
     ))]
 #[tracing::instrument(skip_all, fields(application_id = %key.application_id))]
 async fn issue_user_token(
@@ -64,4 +66,20 @@ async fn issue_user_token(
         expires_at,
         user_id,
     }))
+}
+
+/// The end user a user token belongs to, and when the token expires.
+#[utoipa::path(get, path = "/api/v1/users/me", tag = "users",
+    security(("user" = [])),
+    responses(
+        (status = 200, description = "Success", body = CurrentUserOut),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn current_user(UserAuth(user): UserAuth) -> Json<CurrentUserOut> {
+    Json(CurrentUserOut {
+        user_id: user.user_id,
+        tenant_id: user.tenant_id,
+        application_id: user.application_id,
+        expires_at: user.expires_at,
+    })
 }

@@ -116,8 +116,8 @@ pub enum ReadConn {
 impl ReadConn {
     pub fn conn(&mut self) -> Conn<'_> {
         match self {
-            ReadConn::Sqlite(c) => Conn::Sqlite(&mut **c),
-            ReadConn::Postgres(c) => Conn::Postgres(&mut **c),
+            ReadConn::Sqlite(c) => Conn::Sqlite(c),
+            ReadConn::Postgres(c) => Conn::Postgres(c),
         }
     }
 }

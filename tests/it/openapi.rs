@@ -1,0 +1,77 @@
+//! The OpenAPI document: valid OpenAPI 3.1 (checked by `openapi-spec-validator`, a validator
+//! nobody here wrote), and every path in it is a route the daemon serves.
+
+use std::process::Command;
+
+use herald_tests::{Backend, TestDaemon};
+
+#[tokio::test]
+async fn the_document_is_valid_openapi_3_1() {
+    let d = TestDaemon::start(Backend::Sqlite).await;
+    let doc = d.client.openapi().await.unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let file = d.dir.path().join("openapi.json");
+    std::fs::write(&file, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let python = std::env::var("HERALD_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let output = Command::new(&python)
+        .args(["-c", "import sys; from openapi_spec_validator import validate; from openapi_spec_validator.readers import read_from_filename; validate(read_from_filename(sys.argv[1])[0]); print('valid')"])
+        .arg(&file)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("No module named"),
+        "openapi-spec-validator is missing: run the tests through scripts/test, which installs it ({stderr})"
+    );
+    assert!(
+        output.status.success(),
+        "the OpenAPI document is invalid:\n{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn every_documented_path_is_served() {
+    let d = TestDaemon::start(Backend::Sqlite).await;
+    let doc = d.client.openapi().await.unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() >= 9, "{:?}", paths.keys());
+    for (path, item) in paths {
+        let concrete = path
+            .replace("{user_id}", "someone")
+            .replace("{application_id}", "app_x");
+        for method in item.as_object().unwrap().keys() {
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let response = d
+                .client
+                .request(method.clone(), &concrete)
+                .send()
+                .await
+                .unwrap();
+            let body: serde_json::Value = response.json().await.unwrap_or_default();
+            let code = body["code"].as_str().unwrap_or_default();
+            assert!(
+                code != "route_not_found" && code != "method_not_allowed",
+                "{method} {path} is documented but not served ({code})"
+            );
+        }
+    }
+    // And the reverse for the routes that exist: each one below must be documented.
+    for expected in [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/content/openapi.json",
+        "/api/v1/whoami",
+        "/api/v1/users/{user_id}/token",
+    ] {
+        assert!(paths.contains_key(expected), "{expected} is not documented");
+    }
+}
+
+#[test]
+fn development_routes_are_documented_only_in_development() {
+    let dev = herald_daemon::api::openapi(true);
+    let prod = herald_daemon::api::openapi(false);
+    assert!(dev.paths.paths.contains_key("/dev/jwks.json"));
+    assert!(!prod.paths.paths.contains_key("/dev/jwks.json"));
+}

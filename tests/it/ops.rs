@@ -1,0 +1,90 @@
+//! Health, readiness, metrics and request ids.
+
+use herald_tests::{Backend, TestDaemon, both_backends};
+
+async fn health_and_readiness(backend: Backend) {
+    let d = TestDaemon::start(backend).await;
+    assert_eq!(d.client.healthz().await.unwrap().status, "ok");
+    let ready = d.client.readyz().await.unwrap();
+    assert_eq!(ready.status, "ok");
+    let engine = match backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    assert_eq!(ready.database.as_deref(), Some(engine));
+    // With the database gone, readiness fails with a problem, liveness does not.
+    d.state.store.close().await;
+    let response = d
+        .client
+        .request(reqwest::Method::GET, "/readyz")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    assert_eq!(d.client.healthz().await.unwrap().status, "ok");
+}
+both_backends!(health_and_readiness_on_each_backend, health_and_readiness);
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_template() {
+    let d = TestDaemon::start(Backend::Sqlite).await;
+    let boot = d.bootstrap().await;
+    let key = d.with_token(&boot.api_key);
+    key.user_token("metrics-user-1", None).await.unwrap();
+    key.user_token("metrics-user-2", None).await.unwrap();
+    let text = d
+        .client
+        .request(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = text
+        .lines()
+        .find(|l| {
+            l.starts_with("herald_http_requests_total{")
+                && l.contains("route=\"/api/v1/users/{user_id}/token\"")
+                && l.contains("status=\"200\"")
+        })
+        .unwrap_or_else(|| panic!("no request counter for the token route in:\n{text}"));
+    let count: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(count >= 2.0, "{line}");
+    assert!(
+        !text.contains("metrics-user-1"),
+        "raw paths never become labels"
+    );
+    assert!(
+        text.contains("herald_http_request_duration_seconds_bucket"),
+        "a latency histogram"
+    );
+}
+
+#[tokio::test]
+async fn every_response_carries_a_request_id() {
+    let d = TestDaemon::start(Backend::Sqlite).await;
+    let response = d
+        .client
+        .request(reqwest::Method::GET, "/healthz")
+        .send()
+        .await
+        .unwrap();
+    assert!(!response.headers()["x-request-id"].is_empty());
+    let response = d
+        .client
+        .request(reqwest::Method::GET, "/nope")
+        .header("x-request-id", "req-from-the-caller")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["x-request-id"],
+        "req-from-the-caller",
+        "a caller's id is kept"
+    );
+}

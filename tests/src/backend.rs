@@ -1,0 +1,85 @@
+//! The two storage backends every store behaviour is tested on. SQLite always; PostgreSQL when
+//! `HERALD_TEST_DATABASE_URL` is set, each test in a schema of its own. With
+//! `HERALD_REQUIRE_POSTGRES=1` (as `.ci/run` sets it) a PostgreSQL test without a database fails
+//! instead of skipping.
+
+use std::path::Path;
+
+use sqlx::Connection;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The marker a skipped PostgreSQL test prints (`.ci/run` fails if it sees one).
+pub const SKIP_MARKER: &str = "HERALD-POSTGRES-SKIPPED";
+
+impl Backend {
+    /// The base PostgreSQL URL, or `None` if PostgreSQL tests should be skipped (after printing
+    /// the skip marker). Panics when PostgreSQL is required but not configured.
+    pub fn postgres_url() -> Option<String> {
+        match std::env::var("HERALD_TEST_DATABASE_URL") {
+            Ok(url) if !url.is_empty() => Some(url),
+            _ if std::env::var("HERALD_REQUIRE_POSTGRES").is_ok_and(|v| v == "1") => {
+                panic!("HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_DATABASE_URL is not set")
+            }
+            _ => {
+                eprintln!(
+                    "{SKIP_MARKER}: set HERALD_TEST_DATABASE_URL to run the PostgreSQL tests"
+                );
+                None
+            }
+        }
+    }
+
+    /// Whether this backend can run here (PostgreSQL needs a URL).
+    pub fn available(self) -> bool {
+        self == Backend::Sqlite || Self::postgres_url().is_some()
+    }
+
+    /// A database URL for a fresh, empty database of this backend: a file under `dir`, or a new
+    /// schema in the PostgreSQL test database.
+    pub async fn fresh_database_url(self, dir: &Path) -> String {
+        match self {
+            Backend::Sqlite => format!("sqlite://{}", dir.join("herald.db").display()),
+            Backend::Postgres => {
+                let base = Self::postgres_url().expect("PostgreSQL tests run only when available");
+                let schema = format!("herald_it_{}", herald_common::ids::new_body());
+                let mut conn = sqlx::PgConnection::connect(&base)
+                    .await
+                    .unwrap_or_else(|e| panic!("cannot connect to HERALD_TEST_DATABASE_URL: {e}"));
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create a test schema");
+                let _ = conn.close().await;
+                let separator = if base.contains('?') { '&' } else { '?' };
+                format!("{base}{separator}options=-c%20search_path%3D{schema}")
+            }
+        }
+    }
+}
+
+/// Defines a test that runs `$body` (an async fn taking a [`Backend`]) once per backend, as
+/// `$name::sqlite` and `$name::postgres`.
+#[macro_export]
+macro_rules! both_backends {
+    ($(#[$meta:meta])* $name:ident, $body:ident) => {
+        $(#[$meta])*
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$body($crate::Backend::Sqlite).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                if $crate::Backend::Postgres.available() {
+                    super::$body($crate::Backend::Postgres).await;
+                }
+            }
+        }
+    };
+}
