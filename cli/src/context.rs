@@ -38,19 +38,12 @@ impl Context {
             None => None,
         };
         if args.profile.is_some() && saved.is_none() {
-            bail!(
-                "no profile `{}` in the CLI config",
-                args.profile.as_deref().unwrap_or_default()
-            );
+            bail!("no profile `{}` in the CLI config", args.profile.as_deref().unwrap_or_default());
         }
         let saved = saved.unwrap_or_default();
         Ok(Self {
             json: args.json,
-            url: args
-                .url
-                .clone()
-                .or(saved.url)
-                .unwrap_or_else(|| "http://127.0.0.1:8080".to_owned()),
+            url: args.url.clone().or(saved.url).unwrap_or_else(|| "http://127.0.0.1:8080".to_owned()),
             api_key: env("HERALD_API_KEY").or(saved.api_key),
             operator_token: env("HERALD_OPERATOR_TOKEN").or(saved.operator_token),
             user_token: env("HERALD_USER_TOKEN").or(saved.user_token),
@@ -63,10 +56,7 @@ impl Context {
 
     /// A client with the API key.
     pub fn server(&self) -> anyhow::Result<Client> {
-        let key = self
-            .api_key
-            .as_ref()
-            .context("no API key: set HERALD_API_KEY or use a profile")?;
+        let key = self.api_key.as_ref().context("no API key: set HERALD_API_KEY or use a profile")?;
         Ok(self.anonymous().with_token(key))
     }
 

@@ -10,11 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "herald",
-    version,
-    about = "Operate a Herald notification service"
-)]
+#[command(name = "herald", version, about = "Operate a Herald notification service")]
 struct Cli {
     #[command(flatten)]
     global: context::GlobalArgs,
@@ -36,10 +32,7 @@ enum Command {
 fn main() -> ExitCode {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("herald: cannot start: {e}");

@@ -31,11 +31,7 @@ fn print_fields(out: &mut impl Write, value: &serde_json::Value) -> std::io::Res
             serde_json::Value::String(s) => s.clone(),
             serde_json::Value::Array(items) => items
                 .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| v.to_string())
-                })
+                .map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()))
                 .collect::<Vec<_>>()
                 .join(", "),
             other => other.to_string(),
@@ -46,10 +42,7 @@ fn print_fields(out: &mut impl Write, value: &serde_json::Value) -> std::io::Res
 }
 
 pub fn print_error(error: &anyhow::Error) {
-    match error
-        .downcast_ref::<ClientError>()
-        .and_then(ClientError::problem)
-    {
+    match error.downcast_ref::<ClientError>().and_then(ClientError::problem) {
         Some(problem) => {
             eprintln!("error: {} ({})", problem.code.as_str(), problem.status);
             if let Some(detail) = &problem.detail {

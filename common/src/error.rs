@@ -128,10 +128,7 @@ pub struct FieldError {
 
 impl FieldError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
+        Self { field: field.into(), message: message.into() }
     }
 }
 
@@ -190,11 +187,7 @@ mod tests {
 
     #[test]
     fn code_names_match_serde_names() {
-        for code in [
-            ErrorCode::InvalidJson,
-            ErrorCode::OtpTombstoned,
-            ErrorCode::RouteNotFound,
-        ] {
+        for code in [ErrorCode::InvalidJson, ErrorCode::OtpTombstoned, ErrorCode::RouteNotFound] {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));
         }

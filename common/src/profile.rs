@@ -39,9 +39,7 @@ pub fn config_path() -> Option<PathBuf> {
 
 fn read_table(path: &Path) -> Result<toml::Table, String> {
     match std::fs::read_to_string(path) {
-        Ok(text) => text
-            .parse::<toml::Table>()
-            .map_err(|e| format!("{}: {e}", path.display())),
+        Ok(text) => text.parse::<toml::Table>().map_err(|e| format!("{}: {e}", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(toml::Table::new()),
         Err(e) => Err(format!("{}: {e}", path.display())),
     }
@@ -60,11 +58,7 @@ pub fn load(path: &Path, name: Option<&str>) -> Result<Option<Profile>, String> 
     let Some(value) = table.get("profiles").and_then(|p| p.get(&name)) else {
         return Ok(None);
     };
-    value
-        .clone()
-        .try_into()
-        .map(Some)
-        .map_err(|e| format!("profile `{name}`: {e}"))
+    value.clone().try_into().map(Some).map_err(|e| format!("profile `{name}`: {e}"))
 }
 
 /// Writes (or replaces) the profile `name`, keeping the others, and makes it the default when no
@@ -72,18 +66,14 @@ pub fn load(path: &Path, name: Option<&str>) -> Result<Option<Profile>, String> 
 pub fn save(path: &Path, name: &str, profile: &Profile) -> Result<(), String> {
     let mut table = read_table(path)?;
     let value = toml::Value::try_from(profile).map_err(|e| e.to_string())?;
-    let profiles = table
-        .entry("profiles")
-        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    let profiles = table.entry("profiles").or_insert_with(|| toml::Value::Table(toml::Table::new()));
     match profiles.as_table_mut() {
         Some(profiles) => {
             profiles.insert(name.to_owned(), value);
         }
         None => return Err(format!("{}: `profiles` is not a table", path.display())),
     }
-    table
-        .entry("default_profile")
-        .or_insert_with(|| toml::Value::String(name.to_owned()));
+    table.entry("default_profile").or_insert_with(|| toml::Value::String(name.to_owned()));
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
@@ -108,17 +98,10 @@ mod tests {
 
     #[test]
     fn save_keeps_other_profiles_and_sets_a_default_once() {
-        let path =
-            std::env::temp_dir().join(format!("herald-profile-{}.toml", crate::ids::new_body()));
-        let dev = Profile {
-            url: Some("http://a".into()),
-            api_key: Some("hk_1".into()),
-            ..Default::default()
-        };
-        let prod = Profile {
-            url: Some("http://b".into()),
-            ..Default::default()
-        };
+        let path = std::env::temp_dir().join(format!("herald-profile-{}.toml", crate::ids::new_body()));
+        let dev =
+            Profile { url: Some("http://a".into()), api_key: Some("hk_1".into()), ..Default::default() };
+        let prod = Profile { url: Some("http://b".into()), ..Default::default() };
         save(&path, "dev", &dev).unwrap();
         save(&path, "prod", &prod).unwrap();
         assert_eq!(load(&path, None).unwrap(), Some(dev.clone()));

@@ -5,17 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 #[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    utoipa::ToSchema,
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
 )]
 pub enum Scope {
     #[serde(rename = "notifications:send")]
@@ -60,10 +50,7 @@ impl Scope {
     /// Scopes a new key gets when none are named: everything except the two that must be asked
     /// for explicitly (`otp:custom_code`, `activity:retry`).
     pub fn defaults() -> Vec<Scope> {
-        Self::ALL
-            .into_iter()
-            .filter(|s| !matches!(s, Scope::OtpCustomCode | Scope::ActivityRetry))
-            .collect()
+        Self::ALL.into_iter().filter(|s| !matches!(s, Scope::OtpCustomCode | Scope::ActivityRetry)).collect()
     }
 
     pub fn as_str(self) -> &'static str {
@@ -93,11 +80,7 @@ impl Scope {
     }
 
     pub fn join(scopes: &[Scope]) -> String {
-        scopes
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join(" ")
+        scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" ")
     }
 }
 
@@ -110,12 +93,8 @@ impl fmt::Display for Scope {
 impl std::str::FromStr for Scope {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, String> {
-        Scope::parse(text).ok_or_else(|| {
-            format!(
-                "unknown scope `{text}`; known scopes: {}",
-                Scope::join(&Scope::ALL)
-            )
-        })
+        Scope::parse(text)
+            .ok_or_else(|| format!("unknown scope `{text}`; known scopes: {}", Scope::join(&Scope::ALL)))
     }
 }
 

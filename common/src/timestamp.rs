@@ -38,9 +38,8 @@ impl Timestamp {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let format = format_description!(
-            "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-        );
+        let format =
+            format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
         let when = OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.0) * 1_000_000)
             .map_err(|_| fmt::Error)?;
         f.write_str(&when.format(&format).map_err(|_| fmt::Error)?)
@@ -70,9 +69,7 @@ impl utoipa::PartialSchema for Timestamp {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         utoipa::openapi::ObjectBuilder::new()
             .schema_type(utoipa::openapi::schema::Type::String)
-            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
-                utoipa::openapi::KnownFormat::DateTime,
-            )))
+            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::DateTime)))
             .examples(["2026-11-22T10:15:30.123Z"])
             .into()
     }

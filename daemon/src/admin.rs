@@ -4,7 +4,9 @@
 use anyhow::{Context, bail};
 use herald_common::{
     Scope, Timestamp,
-    api::admin::{ApplicationCreated, Bootstrapped, KeyCreated, KeyRevoked, TenantCreated},
+    api::admin::{
+        ApplicationCreated, ApplicationSecret, Bootstrapped, KeyCreated, KeyRevoked, TenantCreated,
+    },
     ids::{ApplicationId, KeyId, TenantId},
 };
 
@@ -18,10 +20,7 @@ use crate::{
 pub async fn create_tenant(store: &Store, name: &str) -> anyhow::Result<TenantCreated> {
     let name = checked_name(name)?;
     let record = store.create_tenant(name).await?;
-    Ok(TenantCreated {
-        tenant_id: TenantId::parse(&record.id)?,
-        name: record.name,
-    })
+    Ok(TenantCreated { tenant_id: TenantId::parse(&record.id)?, name: record.name })
 }
 
 pub async fn create_application(
@@ -48,24 +47,36 @@ pub async fn create_key(
     application_id: &ApplicationId,
     scopes: &[Scope],
 ) -> anyhow::Result<KeyCreated> {
-    let mut scopes = if scopes.is_empty() {
-        Scope::defaults()
-    } else {
-        scopes.to_vec()
-    };
+    let mut scopes = if scopes.is_empty() { Scope::defaults() } else { scopes.to_vec() };
     scopes.sort();
     scopes.dedup();
     let key = api_key::generate();
-    let Some(key_id) = store
-        .create_api_key(application_id, api_key::hash(&key), &scopes)
-        .await?
-    else {
+    let Some(key_id) = store.create_api_key(application_id, api_key::hash(&key), &scopes).await? else {
         bail!("there is no application {application_id}");
     };
-    Ok(KeyCreated {
-        key_id,
-        api_key: key,
-        scopes,
+    Ok(KeyCreated { key_id, api_key: key, scopes })
+}
+
+/// The application's current signing secret; with `rotate`, a new one (the old one stops
+/// verifying user tokens at once).
+pub async fn application_secret(
+    store: &Store,
+    secret: &ServerSecret,
+    application_id: &ApplicationId,
+    rotate: bool,
+) -> anyhow::Result<ApplicationSecret> {
+    let record = if rotate {
+        store.rotate_signing_secret(application_id).await?
+    } else {
+        store.get_application(application_id).await?
+    };
+    let Some(record) = record else {
+        bail!("there is no application {application_id}");
+    };
+    Ok(ApplicationSecret {
+        application_id: application_id.clone(),
+        signing_secret: user::signing_secret(secret, &record),
+        rotated: rotate,
     })
 }
 
@@ -74,18 +85,11 @@ pub async fn revoke_key(store: &Store, key_id: &KeyId) -> anyhow::Result<KeyRevo
     if !revoked {
         bail!("there is no active key {key_id}");
     }
-    Ok(KeyRevoked {
-        key_id: key_id.clone(),
-        revoked,
-    })
+    Ok(KeyRevoked { key_id: key_id.clone(), revoked })
 }
 
 /// A new tenant, an application and a key with every scope.
-pub async fn bootstrap(
-    store: &Store,
-    secret: &ServerSecret,
-    name: &str,
-) -> anyhow::Result<Bootstrapped> {
+pub async fn bootstrap(store: &Store, secret: &ServerSecret, name: &str) -> anyhow::Result<Bootstrapped> {
     let tenant = create_tenant(store, name).await?;
     let app = create_application(store, secret, &tenant.tenant_id, name).await?;
     let key = create_key(store, &app.application_id, &Scope::ALL).await?;
@@ -109,7 +113,8 @@ fn checked_name(name: &str) -> anyhow::Result<String> {
 /// What `heraldd --dev` prints and writes into the CLI profile.
 pub struct DevCredentials {
     pub bootstrap: Bootstrapped,
-    pub operator_token: String,
+    /// `None` when operators use a configured identity provider instead of the built-in one.
+    pub operator_token: Option<String>,
     pub user_id: String,
     pub user_token: String,
 }
@@ -118,9 +123,8 @@ pub struct DevCredentials {
 /// its key still works, else a new one. Tokens are minted fresh at every start.
 pub async fn dev_credentials(state: &AppState) -> anyhow::Result<DevCredentials> {
     let path = state.config.data_dir.join("dev-credentials.json");
-    let saved = std::fs::read(&path)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<Bootstrapped>(&bytes).ok());
+    let saved =
+        std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice::<Bootstrapped>(&bytes).ok());
     let reusable = match &saved {
         Some(saved) => state
             .store
@@ -137,11 +141,10 @@ pub async fn dev_credentials(state: &AppState) -> anyhow::Result<DevCredentials>
             created
         }
     };
-    let idp = state
-        .dev_idp
-        .as_ref()
-        .context("the development identity provider is not running")?;
-    let operator_token = idp.operator_token(&bootstrap.tenant_id, 30 * 24 * 3600)?;
+    let operator_token = match &state.dev_idp {
+        Some(idp) => Some(idp.operator_token(&bootstrap.tenant_id, 30 * 24 * 3600)?),
+        None => None,
+    };
     let app = state
         .store
         .get_application(&bootstrap.application_id)
@@ -150,10 +153,5 @@ pub async fn dev_credentials(state: &AppState) -> anyhow::Result<DevCredentials>
     let user_id = "dev-user".to_owned();
     let expires = Timestamp::from_millis((Timestamp::now().seconds() + 24 * 3600) * 1000);
     let user_token = user::mint(&state.secret, &app, &user_id, expires)?;
-    Ok(DevCredentials {
-        bootstrap,
-        operator_token,
-        user_id,
-        user_token,
-    })
+    Ok(DevCredentials { bootstrap, operator_token, user_id, user_token })
 }

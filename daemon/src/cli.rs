@@ -19,11 +19,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
-#[command(
-    name = "heraldd",
-    version,
-    about = "Herald notification delivery daemon"
-)]
+#[command(name = "heraldd", version, about = "Herald notification delivery daemon")]
 struct Cli {
     /// TOML configuration file (keys as in `heraldd print-default-config`).
     #[arg(long, global = true, value_name = "FILE")]
@@ -103,6 +99,13 @@ enum AppCommand {
         #[arg(long)]
         name: String,
     },
+    /// Show the application's signing secret for end-user tokens; `--rotate` replaces it.
+    Secret {
+        #[arg(long)]
+        application: ApplicationId,
+        #[arg(long)]
+        rotate: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -135,10 +138,7 @@ pub fn main() -> ExitCode {
         }
     };
     crate::telemetry::init_logging(&config);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("heraldd: cannot start the runtime: {e}");
@@ -172,10 +172,7 @@ async fn dispatch(cli: Cli, config: Config) -> anyhow::Result<()> {
         Some(Command::Migrate) => {
             let store = Store::open(&config).await?;
             store.close().await;
-            eprintln!(
-                "heraldd: the {} database is up to date",
-                config.database.engine()
-            );
+            eprintln!("heraldd: the {} database is up to date", config.database.engine());
             Ok(())
         }
         Some(Command::PrintDefaultConfig) => Ok(()),
@@ -184,8 +181,8 @@ async fn dispatch(cli: Cli, config: Config) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    let listener = crate::bind(config.listen)
-        .map_err(|e| anyhow::anyhow!("cannot bind {}: {e}", config.listen))?;
+    let listener =
+        crate::bind(config.listen).map_err(|e| anyhow::anyhow!("cannot bind {}: {e}", config.listen))?;
     let local = listener.local_addr()?;
     let state = crate::build_state(config, local).await?;
     if state.config.dev {
@@ -202,15 +199,14 @@ async fn stop_on_signal(token: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    token.cancel();
-                    return;
-                }
-            };
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                token.cancel();
+                return;
+            }
+        };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
@@ -230,7 +226,7 @@ fn announce_dev(url: &str, credentials: &admin::DevCredentials) {
             let profile = Profile {
                 url: Some(url.to_owned()),
                 api_key: Some(b.api_key.clone()),
-                operator_token: Some(credentials.operator_token.clone()),
+                operator_token: credentials.operator_token.clone(),
                 user_token: Some(credentials.user_token.clone()),
             };
             match profile::save(&path, "dev", &profile) {
@@ -255,7 +251,10 @@ fn announce_dev(url: &str, credentials: &admin::DevCredentials) {
         app = b.application_id,
         key = b.api_key,
         signing = b.signing_secret,
-        operator = credentials.operator_token,
+        operator = credentials
+            .operator_token
+            .as_deref()
+            .unwrap_or("(from your identity provider: HERALD_OPERATOR_JWKS_URL is set)"),
         user_token = credentials.user_token,
         user = credentials.user_id,
     );
@@ -266,31 +265,24 @@ async fn admin_command(args: AdminArgs, config: Config) -> anyhow::Result<()> {
     let json = args.json;
     let result = async {
         match args.command {
-            AdminCommand::Tenant {
-                command: TenantCommand::Create { name },
-            } => print_out(json, &admin::create_tenant(&store, &name).await?),
-            AdminCommand::App {
-                command: AppCommand::Create { tenant, name },
-            } => {
-                let secret = ServerSecret::load(config.secret.as_ref(), &config.data_dir)?;
-                print_out(
-                    json,
-                    &admin::create_application(&store, &secret, &tenant, &name).await?,
-                )
+            AdminCommand::Tenant { command: TenantCommand::Create { name } } => {
+                print_out(json, &admin::create_tenant(&store, &name).await?)
             }
-            AdminCommand::Key {
-                command:
-                    KeyCommand::Create {
-                        application,
-                        scopes,
-                    },
-            } => print_out(
-                json,
-                &admin::create_key(&store, &application, &scopes).await?,
-            ),
-            AdminCommand::Key {
-                command: KeyCommand::Revoke { key_id },
-            } => print_out(json, &admin::revoke_key(&store, &key_id).await?),
+            AdminCommand::App { command: AppCommand::Create { tenant, name } } => {
+                let secret = ServerSecret::load(config.secret.as_ref(), &config.data_dir)?;
+                print_out(json, &admin::create_application(&store, &secret, &tenant, &name).await?)
+            }
+            AdminCommand::App { command: AppCommand::Secret { application, rotate } } => {
+                let secret = ServerSecret::load(config.secret.as_ref(), &config.data_dir)?;
+                let shown = admin::application_secret(&store, &secret, &application, rotate).await?;
+                print_out(json, &shown)
+            }
+            AdminCommand::Key { command: KeyCommand::Create { application, scopes } } => {
+                print_out(json, &admin::create_key(&store, &application, &scopes).await?)
+            }
+            AdminCommand::Key { command: KeyCommand::Revoke { key_id } } => {
+                print_out(json, &admin::revoke_key(&store, &key_id).await?)
+            }
             AdminCommand::Bootstrap { name } => {
                 let secret = ServerSecret::load(config.secret.as_ref(), &config.data_dir)?;
                 print_out(json, &admin::bootstrap(&store, &secret, &name).await?)
@@ -316,11 +308,7 @@ fn print_out<T: Serialize>(json: bool, value: &T) -> anyhow::Result<()> {
                 serde_json::Value::String(s) => s,
                 serde_json::Value::Array(items) => items
                     .iter()
-                    .map(|v| {
-                        v.as_str()
-                            .map(str::to_owned)
-                            .unwrap_or_else(|| v.to_string())
-                    })
+                    .map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()))
                     .collect::<Vec<_>>()
                     .join(" "),
                 other => other.to_string(),

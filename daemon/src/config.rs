@@ -151,23 +151,13 @@ pub struct SmtpConfig {
 #[derive(Clone, Debug)]
 pub enum SmsProvider {
     Log,
-    Twilio {
-        base_url: String,
-        account_sid: String,
-        auth_token: Secret,
-        from: String,
-    },
+    Twilio { base_url: String, account_sid: String, auth_token: Secret, from: String },
 }
 
 #[derive(Clone, Debug)]
 pub enum WhatsappProvider {
     Log,
-    Meta {
-        base_url: String,
-        api_version: String,
-        phone_number_id: String,
-        token: Secret,
-    },
+    Meta { base_url: String, api_version: String, phone_number_id: String, token: Secret },
 }
 
 /// The operators' identity provider.
@@ -222,9 +212,7 @@ impl Layers {
         let mut layers = Self::default();
         for key in KEYS {
             if let Some(default) = key.default {
-                layers
-                    .values
-                    .insert(key.name, (default.to_owned(), Source::Default));
+                layers.values.insert(key.name, (default.to_owned(), Source::Default));
             }
         }
         layers
@@ -236,18 +224,14 @@ impl Layers {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) => {
-                self.errors
-                    .push(format!("cannot read config file {}: {e}", path.display()));
+                self.errors.push(format!("cannot read config file {}: {e}", path.display()));
                 return self;
             }
         };
         let table = match text.parse::<toml::Table>() {
             Ok(table) => table,
             Err(e) => {
-                self.errors.push(format!(
-                    "config file {} is not valid TOML: {e}",
-                    path.display()
-                ));
+                self.errors.push(format!("config file {} is not valid TOML: {e}", path.display()));
                 return self;
             }
         };
@@ -265,11 +249,7 @@ impl Layers {
                 toml::Value::Boolean(b) => b.to_string(),
                 toml::Value::Array(items) => items
                     .iter()
-                    .map(|v| {
-                        v.as_str()
-                            .map(str::to_owned)
-                            .unwrap_or_else(|| v.to_string())
-                    })
+                    .map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()))
                     .collect::<Vec<_>>()
                     .join(","),
                 other => {
@@ -281,8 +261,7 @@ impl Layers {
                     continue;
                 }
             };
-            self.values
-                .insert(key.name, (text, Source::File(path.to_owned())));
+            self.values.insert(key.name, (text, Source::File(path.to_owned())));
         }
         self
     }
@@ -293,8 +272,7 @@ impl Layers {
         let vars: BTreeMap<String, String> = vars.into_iter().collect();
         for key in KEYS {
             if let Some(value) = vars.get(&key.env_name()) {
-                self.values
-                    .insert(key.name, (value.clone(), Source::Environment));
+                self.values.insert(key.name, (value.clone(), Source::Environment));
             }
         }
         self
@@ -309,31 +287,23 @@ impl Layers {
     }
 
     pub fn build(self, dev: bool) -> Result<Config, ConfigError> {
-        let mut p = Parser {
-            layers: &self,
-            errors: self.errors.clone(),
-        };
+        let mut p = Parser { layers: &self, errors: self.errors.clone() };
         let listen = p.parse("listen", |v| {
             v.parse::<SocketAddr>()
                 .map_err(|_| "is not a socket address (expected e.g. 127.0.0.1:8080)".to_owned())
         });
         let database = p.parse("database_url", parse_database_url);
-        let database_max_connections =
-            p.parse("database_max_connections", |v| match v.parse::<u32>() {
-                Ok(n) if (1..=256).contains(&n) => Ok(n),
-                _ => Err("must be a whole number from 1 to 256".to_owned()),
-            });
+        let database_max_connections = p.parse("database_max_connections", |v| match v.parse::<u32>() {
+            Ok(n) if (1..=256).contains(&n) => Ok(n),
+            _ => Err("must be a whole number from 1 to 256".to_owned()),
+        });
         let sqlite_synchronous_full = p.parse("sqlite_synchronous", |v| match v {
             "full" => Ok(true),
             "normal" => Ok(false),
             _ => Err("must be `full` or `normal`".to_owned()),
         });
         let data_dir = p.parse("data_dir", |v| {
-            if v.is_empty() {
-                Err("must not be empty".to_owned())
-            } else {
-                Ok(PathBuf::from(v))
-            }
+            if v.is_empty() { Err("must not be empty".to_owned()) } else { Ok(PathBuf::from(v)) }
         });
         let secret = p.optional("secret", |v| {
             if v.len() < 32 {
@@ -344,11 +314,7 @@ impl Layers {
         });
         let smtp = p.optional("smtp_url", parse_smtp_url);
         let email_from = p.parse("email_from", |v| {
-            if v.contains('@') {
-                Ok(v.to_owned())
-            } else {
-                Err("is not an email address".to_owned())
-            }
+            if v.contains('@') { Ok(v.to_owned()) } else { Err("is not an email address".to_owned()) }
         });
         let sms = p.sms();
         let whatsapp = p.whatsapp();
@@ -359,10 +325,7 @@ impl Layers {
                     .filter(|s| !s.is_empty())
                     .map(|s| {
                         s.parse::<SocketAddr>()
-                            .or_else(|_| {
-                                s.parse::<std::net::IpAddr>()
-                                    .map(|ip| SocketAddr::new(ip, 53))
-                            })
+                            .or_else(|_| s.parse::<std::net::IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
                             .map_err(|_| format!("`{s}` is not an ip or ip:port"))
                     })
                     .collect::<Result<Vec<_>, _>>()
@@ -377,12 +340,8 @@ impl Layers {
         });
         let operator_idp = p.operator_idp();
         let operator_algorithms = p.parse("operator_algorithms", parse_algorithms);
-        let operator_jwks_refresh = p.parse("operator_jwks_refresh_seconds", |v| {
-            parse_seconds(v, 0, 86_400)
-        });
-        let operator_jwks_max_age = p.parse("operator_jwks_max_age_seconds", |v| {
-            parse_seconds(v, 1, 86_400)
-        });
+        let operator_jwks_refresh = p.parse("operator_jwks_refresh_seconds", |v| parse_seconds(v, 0, 86_400));
+        let operator_jwks_max_age = p.parse("operator_jwks_max_age_seconds", |v| parse_seconds(v, 1, 86_400));
         let stream_heartbeat = p.parse("stream_heartbeat_seconds", |v| parse_seconds(v, 1, 3_600));
         let retry_schedule = p.parse("retry_schedule", parse_schedule);
         let log = p.parse("log", |v| {
@@ -446,12 +405,11 @@ impl Parser<'_> {
         match f(&value) {
             Ok(v) => Some(v),
             Err(message) => {
-                let shown =
-                    if name.contains("secret") || name.contains("token") || name.contains("url") {
-                        String::new()
-                    } else {
-                        format!(": `{value}`")
-                    };
+                let shown = if name.contains("secret") || name.contains("token") || name.contains("url") {
+                    String::new()
+                } else {
+                    format!(": `{value}`")
+                };
                 self.fail(name, &source, format!("{message}{shown}"));
                 None
             }
@@ -460,8 +418,7 @@ impl Parser<'_> {
 
     fn parse<T>(&mut self, name: &str, f: impl FnOnce(&str) -> Result<T, String>) -> Option<T> {
         if self.raw(name).is_none() {
-            self.errors
-                .push(format!("HERALD_{} must be set", name.to_ascii_uppercase()));
+            self.errors.push(format!("HERALD_{} must be set", name.to_ascii_uppercase()));
             return None;
         }
         self.optional(name, f)
@@ -471,10 +428,7 @@ impl Parser<'_> {
         match self.raw(name) {
             Some((v, _)) => Some(v.clone()),
             None => {
-                self.errors.push(format!(
-                    "HERALD_{} must be set {because}",
-                    name.to_ascii_uppercase()
-                ));
+                self.errors.push(format!("HERALD_{} must be set {because}", name.to_ascii_uppercase()));
                 None
             }
         }
@@ -527,11 +481,7 @@ impl Parser<'_> {
         let because = "when HERALD_OPERATOR_JWKS_URL is set";
         let issuer = self.require("operator_issuer", because);
         let audience = self.require("operator_audience", because);
-        Some(OperatorIdp {
-            jwks_url,
-            issuer: issuer?,
-            audience: audience?,
-        })
+        Some(OperatorIdp { jwks_url, issuer: issuer?, audience: audience? })
     }
 }
 
@@ -544,18 +494,12 @@ fn parse_http_url(v: &str) -> Result<String, String> {
 }
 
 fn parse_database_url(v: &str) -> Result<DatabaseUrl, String> {
-    if let Some(rest) = v
-        .strip_prefix("sqlite://")
-        .or_else(|| v.strip_prefix("sqlite:"))
-    {
+    if let Some(rest) = v.strip_prefix("sqlite://").or_else(|| v.strip_prefix("sqlite:")) {
         let path = rest.split('?').next().unwrap_or_default();
         if path.is_empty() || path == ":memory:" {
             return Err("needs a file path (e.g. sqlite://herald-data/herald.db)".to_owned());
         }
-        return Ok(DatabaseUrl::Sqlite {
-            url: v.to_owned(),
-            path: PathBuf::from(path),
-        });
+        return Ok(DatabaseUrl::Sqlite { url: v.to_owned(), path: PathBuf::from(path) });
     }
     if v.starts_with("postgres://") || v.starts_with("postgresql://") {
         return Ok(DatabaseUrl::Postgres(Secret::new(v)));
@@ -576,10 +520,7 @@ fn parse_smtp_url(v: &str) -> Result<SmtpConfig, String> {
     if host.is_empty() {
         return Err("has no host".to_owned());
     }
-    Ok(SmtpConfig {
-        url: Secret::new(v),
-        host: host.to_owned(),
-    })
+    Ok(SmtpConfig { url: Secret::new(v), host: host.to_owned() })
 }
 
 fn parse_algorithms(v: &str) -> Result<Vec<jsonwebtoken::Algorithm>, String> {
@@ -614,9 +555,7 @@ fn parse_algorithms(v: &str) -> Result<Vec<jsonwebtoken::Algorithm>, String> {
 fn parse_seconds(v: &str, min: u64, max: u64) -> Result<Duration, String> {
     match v.parse::<u64>() {
         Ok(n) if (min..=max).contains(&n) => Ok(Duration::from_secs(n)),
-        _ => Err(format!(
-            "must be a whole number of seconds from {min} to {max}"
-        )),
+        _ => Err(format!("must be a whole number of seconds from {min} to {max}")),
     }
 }
 
@@ -625,9 +564,7 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
     let v = v.trim();
     let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
     let (number, unit) = v.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("`{v}` does not start with a number"))?;
+    let n: u64 = number.parse().map_err(|_| format!("`{v}` does not start with a number"))?;
     let millis = match unit {
         "ms" => n,
         "s" => n * 1_000,
@@ -639,18 +576,12 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
 }
 
 fn parse_schedule(v: &str) -> Result<Vec<Duration>, String> {
-    let delays = v
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(parse_duration)
-        .collect::<Result<Vec<_>, _>>()?;
+    let delays =
+        v.split(',').filter(|s| !s.trim().is_empty()).map(parse_duration).collect::<Result<Vec<_>, _>>()?;
     if delays.len() > 20 {
         return Err("may hold at most 20 delays".to_owned());
     }
-    if delays
-        .iter()
-        .any(|d| *d > Duration::from_secs(7 * 24 * 3600))
-    {
+    if delays.iter().any(|d| *d > Duration::from_secs(7 * 24 * 3600)) {
         return Err("delays may be at most 7 days".to_owned());
     }
     Ok(delays)
@@ -677,10 +608,7 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
@@ -695,17 +623,11 @@ mod tests {
     #[test]
     fn bad_values_name_the_variable_and_the_source() {
         let err = Layers::new()
-            .env(env(&[
-                ("HERALD_LISTEN", "nowhere"),
-                ("HERALD_RETRY_SCHEDULE", "5x"),
-            ]))
+            .env(env(&[("HERALD_LISTEN", "nowhere"), ("HERALD_RETRY_SCHEDULE", "5x")]))
             .build(false)
             .unwrap_err()
             .to_string();
-        assert!(
-            err.contains("HERALD_LISTEN (from the environment) is not a socket address"),
-            "{err}"
-        );
+        assert!(err.contains("HERALD_LISTEN (from the environment) is not a socket address"), "{err}");
         assert!(err.contains("HERALD_RETRY_SCHEDULE"), "{err}");
     }
 
@@ -713,16 +635,9 @@ mod tests {
     fn env_wins_over_file_and_flags_over_env() {
         let dir = tempfile_dir();
         let file = dir.join("herald.toml");
-        std::fs::write(
-            &file,
-            "listen = \"127.0.0.1:1\"\nstream_heartbeat_seconds = 2\n",
-        )
-        .unwrap();
-        let config = Layers::new()
-            .file(&file)
-            .env(env(&[("HERALD_LISTEN", "127.0.0.1:2")]))
-            .build(false)
-            .unwrap();
+        std::fs::write(&file, "listen = \"127.0.0.1:1\"\nstream_heartbeat_seconds = 2\n").unwrap();
+        let config =
+            Layers::new().file(&file).env(env(&[("HERALD_LISTEN", "127.0.0.1:2")])).build(false).unwrap();
         assert_eq!(config.listen.port(), 2);
         assert_eq!(config.stream_heartbeat, Duration::from_secs(2));
         let config = Layers::new()
@@ -738,11 +653,7 @@ mod tests {
         let dir = tempfile_dir();
         let file = dir.join("herald.toml");
         std::fs::write(&file, "lisen = \"x\"\n").unwrap();
-        let err = Layers::new()
-            .file(&file)
-            .build(false)
-            .unwrap_err()
-            .to_string();
+        let err = Layers::new().file(&file).build(false).unwrap_err().to_string();
         assert!(err.contains("unknown key `lisen`"), "{err}");
     }
 
@@ -776,10 +687,7 @@ mod tests {
         let config = Layers::new()
             .env(env(&[
                 ("HERALD_SECRET", "s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t"),
-                (
-                    "HERALD_DATABASE_URL",
-                    "postgres://user:pw-in-url@localhost/db",
-                ),
+                ("HERALD_DATABASE_URL", "postgres://user:pw-in-url@localhost/db"),
             ]))
             .build(false)
             .unwrap();
@@ -810,8 +718,7 @@ mod tests {
     }
 
     fn tempfile_dir() -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("herald-config-{}", herald_common::ids::new_body()));
+        let dir = std::env::temp_dir().join(format!("herald-config-{}", herald_common::ids::new_body()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }

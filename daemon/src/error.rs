@@ -27,11 +27,7 @@ pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
     pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
-        Self(Box::new(Inner {
-            problem: Problem::new(code, detail),
-            headers: Vec::new(),
-            source: None,
-        }))
+        Self(Box::new(Inner { problem: Problem::new(code, detail), headers: Vec::new(), source: None }))
     }
 
     pub fn problem(&self) -> &Problem {
@@ -59,6 +55,13 @@ impl ApiError {
         Self::validation(vec![FieldError::new(field, message)])
     }
 
+    /// 401 for a request that carried no credential: `WWW-Authenticate: Bearer` without an
+    /// error code (RFC 6750 §3.1).
+    pub fn missing_credential() -> Self {
+        Self::new(ErrorCode::Unauthorized, "Missing `Authorization: Bearer <credential>` header.")
+            .with_header(header::WWW_AUTHENTICATE, "Bearer realm=\"herald\"")
+    }
+
     /// 401 with `WWW-Authenticate: Bearer` (RFC 6750).
     pub fn unauthorized(detail: impl Into<String>) -> Self {
         let detail = detail.into();
@@ -71,14 +74,12 @@ impl ApiError {
 
     /// 403 naming the missing scope.
     pub fn insufficient_scope(scope: herald_common::Scope) -> Self {
-        let mut error = Self::new(
-            ErrorCode::InsufficientScope,
-            format!("This credential lacks the `{scope}` scope."),
-        )
-        .with_header(
-            header::WWW_AUTHENTICATE,
-            &format!("Bearer realm=\"herald\", error=\"insufficient_scope\", scope=\"{scope}\""),
-        );
+        let mut error =
+            Self::new(ErrorCode::InsufficientScope, format!("This credential lacks the `{scope}` scope."))
+                .with_header(
+                    header::WWW_AUTHENTICATE,
+                    &format!("Bearer realm=\"herald\", error=\"insufficient_scope\", scope=\"{scope}\""),
+                );
         error.0.problem.scope = Some(scope.to_string());
         error
     }
@@ -88,10 +89,8 @@ impl ApiError {
     }
 
     pub fn internal(source: impl Into<anyhow::Error>) -> Self {
-        let mut error = Self::new(
-            ErrorCode::Internal,
-            "Something went wrong on our side; it has been logged.",
-        );
+        let mut error =
+            Self::new(ErrorCode::Internal, "Something went wrong on our side; it has been logged.");
         error.0.source = Some(source.into());
         error
     }
@@ -101,11 +100,9 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match &error {
             StoreError::Database(sqlx::Error::PoolTimedOut) | StoreError::WriterGone => {
-                let mut e = ApiError::new(
-                    ErrorCode::Unavailable,
-                    "The database is not available; try again.",
-                )
-                .with_header(header::RETRY_AFTER, "1");
+                let mut e =
+                    ApiError::new(ErrorCode::Unavailable, "The database is not available; try again.")
+                        .with_header(header::RETRY_AFTER, "1");
                 e.0.source = Some(error.into());
                 e
             }
@@ -116,13 +113,8 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let Inner {
-            problem,
-            headers: extra,
-            source,
-        } = *self.0;
-        let status =
-            StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let Inner { problem, headers: extra, source } = *self.0;
+        let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
             match &source {
                 Some(source) => tracing::error!(
@@ -136,10 +128,7 @@ impl IntoResponse for ApiError {
         let body = serde_json::to_vec(&problem).unwrap_or_default();
         let mut response = (status, body).into_response();
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
-        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
         for (name, value) in extra {
             headers.insert(name, value);
         }

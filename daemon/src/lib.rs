@@ -33,11 +33,7 @@ use crate::{
 /// Binds `addr` with a deep accept backlog (the default 128 drops connections when thousands of
 /// clients connect at once).
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(4096)
@@ -47,9 +43,7 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// reachable, used to point the operator verifier at the built-in identity provider in `--dev`.
 pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Result<AppState> {
     let secret = ServerSecret::load(config.secret.as_ref(), &config.data_dir)?;
-    let store = Store::open(&config)
-        .await
-        .context("cannot open the database")?;
+    let store = Store::open(&config).await.context("cannot open the database")?;
     let dev_idp = if config.dev && config.operator_idp.is_none() {
         Some(Arc::new(DevIdp::load(&config.data_dir)?))
     } else {
@@ -65,11 +59,7 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
                 ip => ip.to_string(),
             };
             Some(OperatorIdp {
-                jwks_url: format!(
-                    "http://{host}:{}{}",
-                    local_addr.port(),
-                    auth::dev_idp::JWKS_PATH
-                ),
+                jwks_url: format!("http://{host}:{}{}", local_addr.port(), auth::dev_idp::JWKS_PATH),
                 issuer: auth::dev_idp::ISSUER.to_owned(),
                 audience: auth::dev_idp::AUDIENCE.to_owned(),
             })
@@ -113,11 +103,7 @@ pub async fn serve(
 }
 
 /// Builds the state and serves until `shutdown`.
-pub async fn run(
-    config: Config,
-    listener: TcpListener,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let state = build_state(config, listener.local_addr()?).await?;
     serve(state, listener, shutdown).await
 }

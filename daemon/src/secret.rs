@@ -75,9 +75,7 @@ pub fn write_private_file(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options
-        .open(path)
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    let mut file = options.open(path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     file.write_all(contents)?;
     Ok(())
 }
@@ -88,8 +86,7 @@ mod tests {
 
     #[test]
     fn generated_secret_is_kept_and_reused() {
-        let dir =
-            std::env::temp_dir().join(format!("herald-secret-{}", herald_common::ids::new_body()));
+        let dir = std::env::temp_dir().join(format!("herald-secret-{}", herald_common::ids::new_body()));
         let a = ServerSecret::load(None, &dir).unwrap();
         let b = ServerSecret::load(None, &dir).unwrap();
         assert_eq!(a.mac("t", &[b"x"]), b.mac("t", &[b"x"]));

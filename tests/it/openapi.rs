@@ -23,10 +23,7 @@ async fn the_document_is_valid_openapi_3_1() {
         !stderr.contains("No module named"),
         "openapi-spec-validator is missing: run the tests through scripts/test, which installs it ({stderr})"
     );
-    assert!(
-        output.status.success(),
-        "the OpenAPI document is invalid:\n{stderr}"
-    );
+    assert!(output.status.success(), "the OpenAPI document is invalid:\n{stderr}");
 }
 
 #[tokio::test]
@@ -36,17 +33,10 @@ async fn every_documented_path_is_served() {
     let paths = doc["paths"].as_object().unwrap();
     assert!(paths.len() >= 9, "{:?}", paths.keys());
     for (path, item) in paths {
-        let concrete = path
-            .replace("{user_id}", "someone")
-            .replace("{application_id}", "app_x");
+        let concrete = path.replace("{user_id}", "someone").replace("{application_id}", "app_x");
         for method in item.as_object().unwrap().keys() {
             let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
-            let response = d
-                .client
-                .request(method.clone(), &concrete)
-                .send()
-                .await
-                .unwrap();
+            let response = d.client.request(method.clone(), &concrete).send().await.unwrap();
             let body: serde_json::Value = response.json().await.unwrap_or_default();
             let code = body["code"].as_str().unwrap_or_default();
             assert!(

@@ -14,17 +14,9 @@ async fn health_and_readiness(backend: Backend) {
     assert_eq!(ready.database.as_deref(), Some(engine));
     // With the database gone, readiness fails with a problem, liveness does not.
     d.state.store.close().await;
-    let response = d
-        .client
-        .request(reqwest::Method::GET, "/readyz")
-        .send()
-        .await
-        .unwrap();
+    let response = d.client.request(reqwest::Method::GET, "/readyz").send().await.unwrap();
     assert_eq!(response.status(), 503);
-    assert_eq!(
-        response.headers()["content-type"],
-        "application/problem+json"
-    );
+    assert_eq!(response.headers()["content-type"], "application/problem+json");
     assert_eq!(d.client.healthz().await.unwrap().status, "ok");
 }
 both_backends!(health_and_readiness_on_each_backend, health_and_readiness);
@@ -36,15 +28,7 @@ async fn metrics_count_requests_by_route_template() {
     let key = d.with_token(&boot.api_key);
     key.user_token("metrics-user-1", None).await.unwrap();
     key.user_token("metrics-user-2", None).await.unwrap();
-    let text = d
-        .client
-        .request(reqwest::Method::GET, "/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = d.client.request(reqwest::Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
     let line = text
         .lines()
         .find(|l| {
@@ -55,25 +39,14 @@ async fn metrics_count_requests_by_route_template() {
         .unwrap_or_else(|| panic!("no request counter for the token route in:\n{text}"));
     let count: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(count >= 2.0, "{line}");
-    assert!(
-        !text.contains("metrics-user-1"),
-        "raw paths never become labels"
-    );
-    assert!(
-        text.contains("herald_http_request_duration_seconds_bucket"),
-        "a latency histogram"
-    );
+    assert!(!text.contains("metrics-user-1"), "raw paths never become labels");
+    assert!(text.contains("herald_http_request_duration_seconds_bucket"), "a latency histogram");
 }
 
 #[tokio::test]
 async fn every_response_carries_a_request_id() {
     let d = TestDaemon::start(Backend::Sqlite).await;
-    let response = d
-        .client
-        .request(reqwest::Method::GET, "/healthz")
-        .send()
-        .await
-        .unwrap();
+    let response = d.client.request(reqwest::Method::GET, "/healthz").send().await.unwrap();
     assert!(!response.headers()["x-request-id"].is_empty());
     let response = d
         .client
@@ -82,9 +55,5 @@ async fn every_response_carries_a_request_id() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        response.headers()["x-request-id"],
-        "req-from-the-caller",
-        "a caller's id is kept"
-    );
+    assert_eq!(response.headers()["x-request-id"], "req-from-the-caller", "a caller's id is kept");
 }

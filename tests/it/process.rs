@@ -19,10 +19,7 @@ fn heraldd(dir: &Path) -> Command {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", dir)
         .env("HERALD_CLI_CONFIG", dir.join("cli.toml"))
-        .env(
-            "HERALD_DATABASE_URL",
-            format!("sqlite://{}", dir.join("herald.db").display()),
-        )
+        .env("HERALD_DATABASE_URL", format!("sqlite://{}", dir.join("herald.db").display()))
         .env("HERALD_DATA_DIR", dir.join("data"))
         .env("HERALD_LISTEN", "127.0.0.1:0")
         .current_dir(dir)
@@ -41,10 +38,7 @@ async fn run(command: &mut Command) -> (i32, String, String) {
 
 fn terminate(child: &Child) {
     let pid = child.id().expect("running").to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
+    let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
     assert!(status.success());
 }
 
@@ -60,31 +54,20 @@ async fn exit_code(mut child: Child) -> i32 {
 #[tokio::test]
 async fn bad_configuration_fails_clearly() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, _, stderr) = run(heraldd(dir.path())
-        .env("HERALD_LISTEN", "everywhere")
-        .env("HERALD_SMS_PROVIDER", "pigeon"))
-    .await;
+    let (code, _, stderr) =
+        run(heraldd(dir.path()).env("HERALD_LISTEN", "everywhere").env("HERALD_SMS_PROVIDER", "pigeon"))
+            .await;
     assert_eq!(code, 2, "{stderr}");
-    assert!(
-        stderr.contains("HERALD_LISTEN (from the environment) is not a socket address"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("HERALD_SMS_PROVIDER"),
-        "every problem is reported: {stderr}"
-    );
+    assert!(stderr.contains("HERALD_LISTEN (from the environment) is not a socket address"), "{stderr}");
+    assert!(stderr.contains("HERALD_SMS_PROVIDER"), "every problem is reported: {stderr}");
 
     let file = dir.path().join("herald.toml");
     std::fs::write(&file, "stream_heartbeat_seconds = 0\n").unwrap();
     let (code, _, stderr) = run(heraldd(dir.path()).arg("--config").arg(&file)).await;
     assert_eq!(code, 2);
-    assert!(
-        stderr.contains("HERALD_STREAM_HEARTBEAT_SECONDS (from config file"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("HERALD_STREAM_HEARTBEAT_SECONDS (from config file"), "{stderr}");
 
-    let (code, _, stderr) =
-        run(heraldd(dir.path()).env("HERALD_DATABASE_URL", "mysql://nope")).await;
+    let (code, _, stderr) = run(heraldd(dir.path()).env("HERALD_DATABASE_URL", "mysql://nope")).await;
     assert_eq!(code, 2);
     assert!(stderr.contains("HERALD_DATABASE_URL"), "{stderr}");
 }
@@ -102,10 +85,7 @@ async fn print_default_config_and_migrate() {
         .arg(&file)
         .arg("migrate")
         .env_remove("HERALD_DATABASE_URL")
-        .env(
-            "HERALD_DATABASE_URL",
-            format!("sqlite://{}", dir.path().join("m.db").display()),
-        ))
+        .env("HERALD_DATABASE_URL", format!("sqlite://{}", dir.path().join("m.db").display())))
     .await;
     assert_eq!(code, 0, "{stderr}");
     assert!(dir.path().join("m.db").exists());
@@ -120,31 +100,43 @@ async fn admin_commands_print_exactly_one_json_object() {
         serde_json::from_str(lines[0]).expect("one JSON object")
     };
     let (code, out, err) =
-        run(heraldd(dir.path()).args(["admin", "tenant", "create", "--name", "Acme", "--json"]))
-            .await;
+        run(heraldd(dir.path()).args(["admin", "tenant", "create", "--name", "Acme", "--json"])).await;
     assert_eq!(code, 0, "{err}");
     let tenant = json(&out);
     assert_eq!(tenant["name"], "Acme");
     let tenant_id = tenant["tenant_id"].as_str().unwrap().to_owned();
 
-    let (code, out, _) = run(heraldd(dir.path()).args([
-        "admin", "app", "create", "--tenant", &tenant_id, "--name", "Web", "--json",
-    ]))
+    let (code, out, _) = run(heraldd(dir.path())
+        .args(["admin", "app", "create", "--tenant", &tenant_id, "--name", "Web", "--json"]))
     .await;
     assert_eq!(code, 0);
     let app = json(&out);
     assert!(app["signing_secret"].as_str().unwrap().starts_with("hss_"));
     let app_id = app["application_id"].as_str().unwrap().to_owned();
 
+    let (code, out, _) =
+        run(heraldd(dir.path()).args(["admin", "app", "secret", "--application", &app_id, "--json"])).await;
+    assert_eq!(
+        (code, &json(&out)["signing_secret"]),
+        (0, &app["signing_secret"]),
+        "the secret can be shown again"
+    );
     let (code, out, _) = run(heraldd(dir.path()).args([
         "admin",
-        "key",
-        "create",
+        "app",
+        "secret",
         "--application",
         &app_id,
+        "--rotate",
         "--json",
     ]))
     .await;
+    let rotated = json(&out);
+    assert_eq!((code, rotated["rotated"].as_bool()), (0, Some(true)));
+    assert_ne!(rotated["signing_secret"], app["signing_secret"], "rotation gives a new secret");
+
+    let (code, out, _) =
+        run(heraldd(dir.path()).args(["admin", "key", "create", "--application", &app_id, "--json"])).await;
     assert_eq!(code, 0);
     let key = json(&out);
     let scopes: Vec<Scope> = serde_json::from_value(key["scopes"].clone()).unwrap();
@@ -169,8 +161,7 @@ async fn admin_commands_print_exactly_one_json_object() {
     assert_eq!(json(&out)["scopes"], serde_json::json!(["activity:retry"]));
 
     let key_id = key["key_id"].as_str().unwrap();
-    let (code, out, _) =
-        run(heraldd(dir.path()).args(["admin", "key", "revoke", key_id, "--json"])).await;
+    let (code, out, _) = run(heraldd(dir.path()).args(["admin", "key", "revoke", key_id, "--json"])).await;
     assert_eq!((code, json(&out)["revoked"].as_bool()), (0, Some(true)));
     let (code, _, err) = run(heraldd(dir.path()).args(["admin", "key", "revoke", key_id])).await;
     assert_ne!(code, 0, "revoking twice fails");
@@ -179,16 +170,11 @@ async fn admin_commands_print_exactly_one_json_object() {
     let (code, out, _) = run(heraldd(dir.path()).args(["admin", "bootstrap", "--json"])).await;
     assert_eq!(code, 0);
     let boot: Bootstrapped = serde_json::from_value(json(&out)).unwrap();
-    assert_ne!(
-        boot.tenant_id.as_str(),
-        tenant_id,
-        "bootstrap makes a new tenant each time"
-    );
+    assert_ne!(boot.tenant_id.as_str(), tenant_id, "bootstrap makes a new tenant each time");
 
-    let (code, _, err) = run(heraldd(dir.path()).args([
-        "admin", "app", "create", "--tenant", "tnt_nope", "--name", "x",
-    ]))
-    .await;
+    let (code, _, err) =
+        run(heraldd(dir.path()).args(["admin", "app", "create", "--tenant", "tnt_nope", "--name", "x"]))
+            .await;
     assert_ne!(code, 0);
     assert!(err.contains("tnt_"), "{err}");
 }
@@ -248,10 +234,7 @@ async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
     stream.write_all(b"}").await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
-    assert!(
-        response.starts_with("HTTP/1.1 200"),
-        "the in-flight request completes: {response}"
-    );
+    assert!(response.starts_with("HTTP/1.1 200"), "the in-flight request completes: {response}");
     assert!(response.contains("\"token\""));
     assert_eq!(exit_code(child).await, 0, "a graceful stop exits 0");
 
@@ -259,10 +242,7 @@ async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
     let mut saw = false;
     while let Ok(line) = logs.try_recv() {
         saw |= line.contains("in-flight-1");
-        assert!(
-            !line.contains(&boot.api_key),
-            "an API key never reaches the log"
-        );
+        assert!(!line.contains(&boot.api_key), "an API key never reaches the log");
     }
     assert!(saw, "a log line names the request id");
 }
@@ -272,10 +252,7 @@ async fn the_dev_quick_start_prints_working_credentials() {
     herald_tests::init_crypto();
     let dir = tempfile::tempdir().unwrap();
     let mut command = heraldd(dir.path());
-    command
-        .env_remove("HERALD_DATABASE_URL")
-        .env_remove("HERALD_DATA_DIR")
-        .arg("--dev");
+    command.env_remove("HERALD_DATABASE_URL").env_remove("HERALD_DATA_DIR").arg("--dev");
     let (child, addr, _) = start_serving(&mut command).await;
     let mut child = child;
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -296,58 +273,31 @@ async fn the_dev_quick_start_prints_working_credentials() {
     };
     let client = Client::new(format!("http://{addr}"));
     let api_key = field("API key");
-    assert_eq!(
-        client
-            .with_token(&api_key)
-            .whoami()
-            .await
-            .unwrap()
-            .scopes
-            .len(),
-        Scope::ALL.len()
-    );
+    assert_eq!(client.with_token(&api_key).whoami().await.unwrap().scopes.len(), Scope::ALL.len());
     let operator = client
         .with_token(field("operator token"))
         .whoami()
         .await
         .expect("the operator token verifies via the dev JWKS");
-    assert_eq!(
-        operator.kind,
-        herald_common::api::whoami::CredentialKind::Operator
-    );
-    let user = client
-        .with_token(field("user token"))
-        .current_user()
-        .await
-        .unwrap();
+    assert_eq!(operator.kind, herald_common::api::whoami::CredentialKind::Operator);
+    let user = client.with_token(field("user token")).current_user().await.unwrap();
     assert_eq!(user.user_id, "dev-user");
-    assert!(
-        dir.path().join("herald-data/herald.db").exists(),
-        "embedded SQLite under herald-data/"
-    );
+    assert!(dir.path().join("herald-data/herald.db").exists(), "embedded SQLite under herald-data/");
 
-    let profile = herald_common::profile::load(&dir.path().join("cli.toml"), None)
-        .unwrap()
-        .expect("a default profile");
+    let profile =
+        herald_common::profile::load(&dir.path().join("cli.toml"), None).unwrap().expect("a default profile");
     assert_eq!(profile.api_key.as_deref(), Some(api_key.as_str()));
-    assert_eq!(
-        profile.url.as_deref(),
-        Some(format!("http://{addr}").as_str())
-    );
+    assert_eq!(profile.url.as_deref(), Some(format!("http://{addr}").as_str()));
     terminate(&child);
     assert_eq!(exit_code(child).await, 0);
 
     // A second start reuses the development tenant.
     let mut command = heraldd(dir.path());
-    command
-        .env_remove("HERALD_DATABASE_URL")
-        .env_remove("HERALD_DATA_DIR")
-        .arg("--dev");
+    command.env_remove("HERALD_DATABASE_URL").env_remove("HERALD_DATA_DIR").arg("--dev");
     let (child, _, _) = start_serving(&mut command).await;
-    let saved: Bootstrapped = serde_json::from_slice(
-        &std::fs::read(dir.path().join("herald-data/dev-credentials.json")).unwrap(),
-    )
-    .unwrap();
+    let saved: Bootstrapped =
+        serde_json::from_slice(&std::fs::read(dir.path().join("herald-data/dev-credentials.json")).unwrap())
+            .unwrap();
     assert_eq!(saved.api_key, api_key);
     terminate(&child);
     assert_eq!(exit_code(child).await, 0);

@@ -16,10 +16,8 @@ async fn open(backend: Backend, dir: &std::path::Path) -> (Store, String) {
 }
 
 async fn open_url(url: &str) -> Store {
-    let config = Layers::new()
-        .env([("HERALD_DATABASE_URL".to_owned(), url.to_owned())])
-        .build(false)
-        .unwrap();
+    let config =
+        Layers::new().env([("HERALD_DATABASE_URL".to_owned(), url.to_owned())]).build(false).unwrap();
     Store::open(&config).await.expect("open store")
 }
 
@@ -28,92 +26,38 @@ async fn credentials_round_trip(backend: Backend) {
     let (store, _) = open(backend, dir.path()).await;
     let tenant = store.create_tenant("Acme".into()).await.unwrap();
     let tenant_id = TenantId::parse(&tenant.id).unwrap();
-    assert_eq!(
-        store.get_tenant(&tenant_id).await.unwrap().unwrap().name,
-        "Acme"
-    );
+    assert_eq!(store.get_tenant(&tenant_id).await.unwrap().unwrap().name, "Acme");
 
-    let app = store
-        .create_application(&tenant_id, "Web".into())
-        .await
-        .unwrap()
-        .unwrap();
+    let app = store.create_application(&tenant_id, "Web".into()).await.unwrap().unwrap();
     let app_id = ApplicationId::parse(&app.id).unwrap();
-    assert_eq!(
-        store
-            .get_application(&app_id)
-            .await
-            .unwrap()
-            .unwrap()
-            .tenant_id,
-        tenant.id
-    );
+    assert_eq!(store.get_application(&app_id).await.unwrap().unwrap().tenant_id, tenant.id);
     assert!(
-        store
-            .create_application(&TenantId::new(), "x".into())
-            .await
-            .unwrap()
-            .is_none(),
+        store.create_application(&TenantId::new(), "x".into()).await.unwrap().is_none(),
         "unknown tenant"
     );
-    store
-        .create_application(&tenant_id, "Mobile".into())
-        .await
-        .unwrap()
-        .unwrap();
+    store.create_application(&tenant_id, "Mobile".into()).await.unwrap().unwrap();
     let apps = store.list_applications(&tenant_id).await.unwrap();
-    assert_eq!(
-        apps.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
-        ["Web", "Mobile"],
-        "ordered by id"
-    );
+    assert_eq!(apps.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["Web", "Mobile"], "ordered by id");
 
     let key_id = store
-        .create_api_key(
-            &app_id,
-            "hash-1".into(),
-            &[Scope::OtpSend, Scope::UsersToken],
-        )
+        .create_api_key(&app_id, "hash-1".into(), &[Scope::OtpSend, Scope::UsersToken])
         .await
         .unwrap()
         .unwrap();
-    assert!(
-        store
-            .create_api_key(&ApplicationId::new(), "hash-2".into(), &[])
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(store.create_api_key(&ApplicationId::new(), "hash-2".into(), &[]).await.unwrap().is_none());
     let found = store.find_api_key("hash-1").await.unwrap().unwrap();
-    assert_eq!(
-        (found.id.as_str(), found.tenant_id.as_str()),
-        (key_id.as_str(), tenant.id.as_str())
-    );
+    assert_eq!((found.id.as_str(), found.tenant_id.as_str()), (key_id.as_str(), tenant.id.as_str()));
     assert_eq!(found.scopes(), vec![Scope::OtpSend, Scope::UsersToken]);
     assert!(found.revoked_at.is_none());
     assert!(store.find_api_key("hash-unknown").await.unwrap().is_none());
 
     assert!(store.revoke_api_key(&key_id).await.unwrap());
-    assert!(
-        !store.revoke_api_key(&key_id).await.unwrap(),
-        "revoking twice reports nothing to do"
-    );
+    assert!(!store.revoke_api_key(&key_id).await.unwrap(), "revoking twice reports nothing to do");
     assert!(!store.revoke_api_key(&KeyId::new()).await.unwrap());
-    assert!(
-        store
-            .find_api_key("hash-1")
-            .await
-            .unwrap()
-            .unwrap()
-            .revoked_at
-            .is_some()
-    );
+    assert!(store.find_api_key("hash-1").await.unwrap().unwrap().revoked_at.is_some());
     store.close().await;
 }
-both_backends!(
-    credentials_round_trip_on_each_backend,
-    credentials_round_trip
-);
+both_backends!(credentials_round_trip_on_each_backend, credentials_round_trip);
 
 /// Many concurrent writes share group commits; one failing write (a duplicate key hash) rolls
 /// back only itself.
@@ -121,11 +65,8 @@ async fn group_commit_isolates_failures(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(backend, dir.path()).await;
     let tenant = store.create_tenant("T".into()).await.unwrap();
-    let app = store
-        .create_application(&TenantId::parse(&tenant.id).unwrap(), "A".into())
-        .await
-        .unwrap()
-        .unwrap();
+    let app =
+        store.create_application(&TenantId::parse(&tenant.id).unwrap(), "A".into()).await.unwrap().unwrap();
     let app_id = ApplicationId::parse(&app.id).unwrap();
     let mut tasks = Vec::new();
     for i in 0..400 {
@@ -133,9 +74,7 @@ async fn group_commit_isolates_failures(backend: Backend) {
         let app_id = app_id.clone();
         // Every hash appears twice: one of each pair must fail on the unique index.
         tasks.push(tokio::spawn(async move {
-            store
-                .create_api_key(&app_id, format!("hash-{}", i / 2), &[])
-                .await
+            store.create_api_key(&app_id, format!("hash-{}", i / 2), &[]).await
         }));
     }
     let mut ok = HashSet::new();
@@ -149,19 +88,12 @@ async fn group_commit_isolates_failures(backend: Backend) {
     }
     assert_eq!((ok.len(), failed), (200, 200));
     for i in 0..200 {
-        let found = store
-            .find_api_key(&format!("hash-{i}"))
-            .await
-            .unwrap()
-            .expect("committed");
+        let found = store.find_api_key(&format!("hash-{i}")).await.unwrap().expect("committed");
         assert!(ok.contains(&KeyId::parse(&found.id).unwrap()));
     }
     store.close().await;
 }
-both_backends!(
-    group_commit_isolates_failures_on_each_backend,
-    group_commit_isolates_failures
-);
+both_backends!(group_commit_isolates_failures_on_each_backend, group_commit_isolates_failures);
 
 /// Opening a migrated database again applies nothing and keeps the data.
 async fn reopening_keeps_data(backend: Backend) {
@@ -170,10 +102,7 @@ async fn reopening_keeps_data(backend: Backend) {
     let tenant = store.create_tenant("Kept".into()).await.unwrap();
     store.close().await;
     let store = open_url(&url).await;
-    let found = store
-        .get_tenant(&TenantId::parse(&tenant.id).unwrap())
-        .await
-        .unwrap();
+    let found = store.get_tenant(&TenantId::parse(&tenant.id).unwrap()).await.unwrap();
     assert_eq!(found.unwrap().name, "Kept");
     store.ping().await.unwrap();
     store.close().await;
@@ -195,23 +124,11 @@ async fn close_drains_the_writer(backend: Backend) {
         ids.push(w.await.unwrap().unwrap().id);
     }
     store.close().await;
-    assert!(
-        store.create_tenant("late".into()).await.is_err(),
-        "the writer is closed"
-    );
+    assert!(store.create_tenant("late".into()).await.is_err(), "the writer is closed");
     let reopened = open_url(&url).await;
     for id in ids {
-        assert!(
-            reopened
-                .get_tenant(&TenantId::parse(&id).unwrap())
-                .await
-                .unwrap()
-                .is_some()
-        );
+        assert!(reopened.get_tenant(&TenantId::parse(&id).unwrap()).await.unwrap().is_some());
     }
     reopened.close().await;
 }
-both_backends!(
-    close_drains_the_writer_on_each_backend,
-    close_drains_the_writer
-);
+both_backends!(close_drains_the_writer_on_each_backend, close_drains_the_writer);

@@ -26,9 +26,7 @@ impl Backend {
                 panic!("HERALD_REQUIRE_POSTGRES=1 but HERALD_TEST_DATABASE_URL is not set")
             }
             _ => {
-                eprintln!(
-                    "{SKIP_MARKER}: set HERALD_TEST_DATABASE_URL to run the PostgreSQL tests"
-                );
+                eprintln!("{SKIP_MARKER}: set HERALD_TEST_DATABASE_URL to run the PostgreSQL tests");
                 None
             }
         }

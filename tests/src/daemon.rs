@@ -29,10 +29,7 @@ pub fn base_env(dir: &std::path::Path, database_url: &str, idp: &TestIdp) -> Vec
         ("HERALD_LISTEN", "127.0.0.1:0".to_owned()),
         ("HERALD_DATABASE_URL", database_url.to_owned()),
         ("HERALD_DATA_DIR", dir.join("data").display().to_string()),
-        (
-            "HERALD_SECRET",
-            "test-secret-test-secret-test-secret-0123".to_owned(),
-        ),
+        ("HERALD_SECRET", "test-secret-test-secret-test-secret-0123".to_owned()),
         ("HERALD_OPERATOR_JWKS_URL", idp.jwks_url()),
         ("HERALD_OPERATOR_ISSUER", crate::idp::ISSUER.to_owned()),
         ("HERALD_OPERATOR_AUDIENCE", crate::idp::AUDIENCE.to_owned()),
@@ -57,41 +54,20 @@ impl TestDaemon {
         let database_url = backend.fresh_database_url(dir.path()).await;
         let mut env = base_env(dir.path(), &database_url, &idp);
         env.extend(extra.into_iter().map(|(k, v)| (k.to_owned(), v)));
-        let config = Layers::new()
-            .env(env)
-            .build(false)
-            .expect("test configuration");
+        let config = Layers::new().env(env).build(false).expect("test configuration");
         herald_daemon::telemetry::init_logging(&config);
         let listener = herald_daemon::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let state = herald_daemon::build_state(config, addr)
-            .await
-            .expect("daemon state");
+        let state = herald_daemon::build_state(config, addr).await.expect("daemon state");
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(herald_daemon::serve(
-            state.clone(),
-            listener,
-            shutdown.clone(),
-        ));
+        let task = tokio::spawn(herald_daemon::serve(state.clone(), listener, shutdown.clone()));
         let url = format!("http://{addr}");
-        Self {
-            backend,
-            addr,
-            client: Client::new(&url),
-            url,
-            state,
-            idp,
-            shutdown,
-            task: Some(task),
-            dir,
-        }
+        Self { backend, addr, client: Client::new(&url), url, state, idp, shutdown, task: Some(task), dir }
     }
 
     /// A new tenant with an application and a key holding every scope.
     pub async fn bootstrap(&self) -> Bootstrapped {
-        admin::bootstrap(&self.state.store, &self.state.secret, "Test")
-            .await
-            .expect("bootstrap")
+        admin::bootstrap(&self.state.store, &self.state.secret, "Test").await.expect("bootstrap")
     }
 
     /// A client presenting `token`.

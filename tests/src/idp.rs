@@ -32,25 +32,16 @@ pub struct TestIdp {
 
 impl TestIdp {
     pub async fn start() -> Self {
-        let keys = Arc::new(Mutex::new(Keys {
-            published: vec![Arc::new(Es256Key::generate().expect("key"))],
-        }));
+        let keys =
+            Arc::new(Mutex::new(Keys { published: vec![Arc::new(Es256Key::generate().expect("key"))] }));
         let fetches = Arc::new(AtomicUsize::new(0));
-        let app = Router::new()
-            .route("/jwks.json", get(jwks))
-            .with_state((keys.clone(), fetches.clone()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind idp");
+        let app = Router::new().route("/jwks.json", get(jwks)).with_state((keys.clone(), fetches.clone()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind idp");
         let addr = listener.local_addr().expect("idp addr");
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Self {
-            addr,
-            keys,
-            fetches,
-        }
+        Self { addr, keys, fetches }
     }
 
     pub fn jwks_url(&self) -> String {
@@ -62,13 +53,7 @@ impl TestIdp {
     }
 
     fn current(&self) -> Arc<Es256Key> {
-        self.keys
-            .lock()
-            .expect("keys")
-            .published
-            .last()
-            .cloned()
-            .expect("a key")
+        self.keys.lock().expect("keys").published.last().cloned().expect("a key")
     }
 
     /// Publishes a new signing key; with `retire_old`, the previous keys disappear from the JWKS.
@@ -77,8 +62,7 @@ impl TestIdp {
         if retire_old {
             keys.published.clear();
         }
-        keys.published
-            .push(Arc::new(Es256Key::generate().expect("key")));
+        keys.published.push(Arc::new(Es256Key::generate().expect("key")));
     }
 
     /// Standard claims for an operator of `tenant_id` with `scopes`, valid for an hour.

@@ -25,10 +25,7 @@ impl ConnectionState {
             _ => 1,
         };
         let millis = 500u64.saturating_mul(1 << attempt.saturating_sub(1).min(6));
-        ConnectionState::Reconnecting {
-            attempt,
-            retry_in: Duration::from_millis(millis.min(30_000)),
-        }
+        ConnectionState::Reconnecting { attempt, retry_in: Duration::from_millis(millis.min(30_000)) }
     }
 
     pub fn label(&self) -> String {
@@ -36,10 +33,7 @@ impl ConnectionState {
             ConnectionState::Connecting => "connecting…".to_owned(),
             ConnectionState::Connected => "live".to_owned(),
             ConnectionState::Reconnecting { attempt, retry_in } => {
-                format!(
-                    "reconnecting (attempt {attempt}, in {:.1}s)",
-                    retry_in.as_secs_f32()
-                )
+                format!("reconnecting (attempt {attempt}, in {:.1}s)", retry_in.as_secs_f32())
             }
             ConnectionState::Failed(reason) => format!("failed: {reason}"),
         }
@@ -53,23 +47,11 @@ mod tests {
     #[test]
     fn backoff_grows_and_is_capped() {
         let mut state = ConnectionState::Connected.lost();
-        assert_eq!(
-            state,
-            ConnectionState::Reconnecting {
-                attempt: 1,
-                retry_in: Duration::from_millis(500)
-            }
-        );
+        assert_eq!(state, ConnectionState::Reconnecting { attempt: 1, retry_in: Duration::from_millis(500) });
         for _ in 0..20 {
             state = state.lost();
         }
-        assert_eq!(
-            state,
-            ConnectionState::Reconnecting {
-                attempt: 21,
-                retry_in: Duration::from_secs(30)
-            }
-        );
+        assert_eq!(state, ConnectionState::Reconnecting { attempt: 21, retry_in: Duration::from_secs(30) });
         assert_eq!(ConnectionState::Connected.label(), "live");
     }
 }

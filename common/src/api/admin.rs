@@ -44,3 +44,10 @@ pub struct Bootstrapped {
     pub key_id: KeyId,
     pub signing_secret: String,
 }
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ApplicationSecret {
+    pub application_id: ApplicationId,
+    pub signing_secret: String,
+    pub rotated: bool,
+}

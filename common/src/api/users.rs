@@ -38,10 +38,7 @@ pub fn validate_user_id(user_id: &str) -> Result<(), &'static str> {
     if user_id.is_empty() || user_id.len() > 128 {
         return Err("must be 1 to 128 characters");
     }
-    if !user_id
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-_.@:+".contains(&b))
-    {
+    if !user_id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.@:+".contains(&b)) {
         return Err("may contain only letters, digits and - _ . @ : +");
     }
     Ok(())

@@ -9,10 +9,7 @@ impl Client {
     }
 
     pub async fn application(&self, application_id: &str) -> Result<ApplicationOut, ClientError> {
-        let path = format!(
-            "/api/v1/applications/{}",
-            super::users::encode_path_segment(application_id)
-        );
+        let path = format!("/api/v1/applications/{}", super::users::encode_path_segment(application_id));
         self.get(&path).await
     }
 }

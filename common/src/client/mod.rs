@@ -49,19 +49,12 @@ impl Client {
             .connect_timeout(std::time::Duration::from_secs(10))
             .build()
             .unwrap_or_default();
-        Self {
-            base_url: base_url.into().trim_end_matches('/').to_owned(),
-            token: None,
-            http,
-        }
+        Self { base_url: base_url.into().trim_end_matches('/').to_owned(), token: None, http }
     }
 
     /// The same client presenting `token` as `Authorization: Bearer`.
     pub fn with_token(&self, token: impl Into<String>) -> Self {
-        Self {
-            token: Some(token.into()),
-            ..self.clone()
-        }
+        Self { token: Some(token.into()), ..self.clone() }
     }
 
     pub fn base_url(&self) -> &str {
@@ -70,9 +63,7 @@ impl Client {
 
     /// A request builder for `path` (starting with `/`), carrying the credential.
     pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        let builder = self
-            .http
-            .request(method, format!("{}{}", self.base_url, path));
+        let builder = self.http.request(method, format!("{}{}", self.base_url, path));
         match &self.token {
             Some(token) => builder.bearer_auth(token),
             None => builder,

@@ -13,9 +13,6 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[utoipa::path(get, path = "/dev/jwks.json", tag = "operations",
     responses((status = 200, description = "JSON Web Key Set", body = Object)))]
 async fn dev_jwks(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
-    let idp = state
-        .dev_idp
-        .as_ref()
-        .ok_or_else(|| ApiError::not_found("key set"))?;
+    let idp = state.dev_idp.as_ref().ok_or_else(|| ApiError::not_found("key set"))?;
     Ok(Json(idp.jwks()))
 }

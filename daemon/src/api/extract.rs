@@ -18,21 +18,11 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 pub struct AppJson<T>(pub T);
 
 fn is_json(request: &Request) -> bool {
-    let Some(value) = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-    else {
+    let Some(value) = request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
         return false;
     };
-    let essence = value
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
+    let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AppJson<T> {
@@ -45,18 +35,16 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AppJson<T> {
                 "Send the body as JSON with `Content-Type: application/json`.",
             ));
         }
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::new(
-                        ErrorCode::PayloadTooLarge,
-                        format!("The body is larger than {} KiB.", MAX_BODY_BYTES / 1024),
-                    )
-                } else {
-                    ApiError::new(ErrorCode::InvalidJson, "The body could not be read.")
-                }
-            })?;
+        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!("The body is larger than {} KiB.", MAX_BODY_BYTES / 1024),
+                )
+            } else {
+                ApiError::new(ErrorCode::InvalidJson, "The body could not be read.")
+            }
+        })?;
         parse_json(&bytes).map(AppJson)
     }
 }
@@ -70,18 +58,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         if inner.is_data() {
             ApiError::validation(vec![field_error(&path, &inner)])
         } else {
-            ApiError::new(
-                ErrorCode::InvalidJson,
-                format!("The body is not valid JSON: {inner}."),
-            )
+            ApiError::new(ErrorCode::InvalidJson, format!("The body is not valid JSON: {inner}."))
         }
     })?;
-    deserializer.end().map_err(|e| {
-        ApiError::new(
-            ErrorCode::InvalidJson,
-            format!("The body is not valid JSON: {e}."),
-        )
-    })?;
+    deserializer
+        .end()
+        .map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("The body is not valid JSON: {e}.")))?;
     Ok(value)
 }
 
@@ -137,10 +119,7 @@ mod tests {
     }
 
     fn fails(json: &str) -> herald_common::Problem {
-        parse_json::<Body>(json.as_bytes())
-            .unwrap_err()
-            .problem()
-            .clone()
+        parse_json::<Body>(json.as_bytes()).unwrap_err().problem().clone()
     }
 
     #[test]
@@ -158,11 +137,7 @@ mod tests {
         assert_eq!(p.errors[0].message, "is required");
         let p = fails("{\"name\": \"a\", \"nmae\": 1}");
         assert_eq!(p.errors[0].field, "nmae");
-        assert!(
-            p.errors[0].message.starts_with("is not a known field"),
-            "{:?}",
-            p.errors
-        );
+        assert!(p.errors[0].message.starts_with("is not a known field"), "{:?}", p.errors);
         let p = fails("{\"name\": \"a\", \"count\": \"x\"}");
         assert_eq!(p.errors[0].field, "count");
         let p = fails("{\"name\": \"a\", \"data\": {\"url\": 5}}");

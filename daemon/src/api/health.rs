@@ -26,10 +26,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses((status = 200, description = "Alive", body = HealthOut)))]
 async fn healthz() -> Json<HealthOut> {
-    Json(HealthOut {
-        status: "ok".to_owned(),
-        database: None,
-    })
+    Json(HealthOut { status: "ok".to_owned(), database: None })
 }
 
 /// Readiness: the database answers.
@@ -45,10 +42,7 @@ async fn readyz(State(state): State<AppState>) -> ApiResult<Json<HealthOut>> {
             status: "ok".to_owned(),
             database: Some(state.config.database.engine().to_owned()),
         })),
-        _ => Err(ApiError::new(
-            ErrorCode::Unavailable,
-            "The database is not reachable.",
-        )),
+        _ => Err(ApiError::new(ErrorCode::Unavailable, "The database is not reachable.")),
     }
 }
 
@@ -57,13 +51,7 @@ async fn readyz(State(state): State<AppState>) -> ApiResult<Json<HealthOut>> {
     responses((status = 200, description = "Prometheus text", body = String, content_type = "text/plain")))]
 async fn metrics(State(state): State<AppState>) -> Response {
     state.metrics.run_upkeep();
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        state.metrics.render(),
-    )
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render())
         .into_response()
 }
 

@@ -71,11 +71,7 @@ async fn get_application(
 ) -> ApiResult<Json<ApplicationOut>> {
     let not_found = || ApiError::not_found("application");
     let id = ApplicationId::parse(&application_id).map_err(|_| not_found())?;
-    let record = state
-        .store
-        .get_application(&id)
-        .await?
-        .ok_or_else(not_found)?;
+    let record = state.store.get_application(&id).await?.ok_or_else(not_found)?;
     if record.tenant_id != principal.tenant_id().as_str() {
         return Err(not_found());
     }

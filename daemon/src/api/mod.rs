@@ -60,12 +60,9 @@ impl Modify for SecuritySchemes {
                     .build(),
             )
         };
+        components.add_security_scheme("api_key", bearer("hk_…", "An application's secret API key"));
         components
-            .add_security_scheme("api_key", bearer("hk_…", "An application's secret API key"));
-        components.add_security_scheme(
-            "operator",
-            bearer("JWT", "An operator token from the identity provider"),
-        );
+            .add_security_scheme("operator", bearer("JWT", "An operator token from the identity provider"));
         components.add_security_scheme("user", bearer("JWT", "An end user's HS256 token"));
     }
 }
@@ -75,11 +72,7 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
         .merge(health::router())
         .merge(identity::router())
         .merge(users::router());
-    if dev {
-        router.merge(dev::router())
-    } else {
-        router
-    }
+    if dev { router.merge(dev::router()) } else { router }
 }
 
 /// The OpenAPI document of the daemon (with the development routes when `dev`).

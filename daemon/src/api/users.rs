@@ -18,9 +18,7 @@ use crate::{
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(routes!(issue_user_token))
-        .routes(routes!(current_user))
+    OpenApiRouter::new().routes(routes!(issue_user_token)).routes(routes!(current_user))
 }
 
 const DEFAULT_TTL: u32 = 3600;
@@ -59,13 +57,8 @@ async fn issue_user_token(
         .await?
         .ok_or_else(|| ApiError::unauthorized("The key's application no longer exists."))?;
     let expires_at = Timestamp::from_millis((Timestamp::now().seconds() + i64::from(ttl)) * 1000);
-    let token =
-        user::mint(&state.secret, &app, &user_id, expires_at).map_err(ApiError::internal)?;
-    Ok(Json(UserTokenOut {
-        token,
-        expires_at,
-        user_id,
-    }))
+    let token = user::mint(&state.secret, &app, &user_id, expires_at).map_err(ApiError::internal)?;
+    Ok(Json(UserTokenOut { token, expires_at, user_id }))
 }
 
 /// The end user a user token belongs to, and when the token expires.

@@ -29,9 +29,8 @@ pub struct Es256Key {
 
 impl Es256Key {
     pub fn generate() -> anyhow::Result<Self> {
-        let doc =
-            EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
-                .map_err(|_| anyhow::anyhow!("cannot generate an ES256 key"))?;
+        let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
+            .map_err(|_| anyhow::anyhow!("cannot generate an ES256 key"))?;
         Self::from_pkcs8(doc.as_ref())
     }
 
@@ -40,10 +39,7 @@ impl Es256Key {
             .map_err(|_| anyhow::anyhow!("not a P-256 PKCS#8 key"))?;
         // Uncompressed point: 0x04 || x || y.
         let point = pair.public_key().as_ref();
-        anyhow::ensure!(
-            point.len() == 65 && point[0] == 4,
-            "unexpected public key encoding"
-        );
+        anyhow::ensure!(point.len() == 65 && point[0] == 4, "unexpected public key encoding");
         let digest = Sha256::digest(point);
         Ok(Self {
             pkcs8: pkcs8.to_vec(),
@@ -74,11 +70,7 @@ impl Es256Key {
     pub fn sign(&self, claims: &serde_json::Value) -> anyhow::Result<String> {
         let mut header = Header::new(Algorithm::ES256);
         header.kid = Some(self.kid.clone());
-        Ok(jsonwebtoken::encode(
-            &header,
-            claims,
-            &EncodingKey::from_ec_der(&self.pkcs8),
-        )?)
+        Ok(jsonwebtoken::encode(&header, claims, &EncodingKey::from_ec_der(&self.pkcs8))?)
     }
 }
 
@@ -89,9 +81,7 @@ pub struct DevIdp {
 impl DevIdp {
     pub fn load(data_dir: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(data_dir)?;
-        Ok(Self {
-            key: Es256Key::load_or_create(&data_dir.join("dev-idp.key"))?,
-        })
+        Ok(Self { key: Es256Key::load_or_create(&data_dir.join("dev-idp.key"))? })
     }
 
     pub fn jwks(&self) -> serde_json::Value {

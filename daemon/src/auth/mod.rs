@@ -146,48 +146,31 @@ struct Accepts {
 }
 
 fn bearer(parts: &Parts) -> Result<&str, ApiError> {
-    let value = parts
-        .headers
-        .get(axum::http::header::AUTHORIZATION)
-        .ok_or_else(|| {
-            ApiError::unauthorized("Missing `Authorization: Bearer <credential>` header.")
-        })?;
-    let value = value
-        .to_str()
-        .map_err(|_| ApiError::unauthorized("The Authorization header is not valid text."))?;
-    let (scheme, token) = value.split_once(' ').ok_or_else(|| {
-        ApiError::unauthorized("The Authorization header must be `Bearer <credential>`.")
-    })?;
+    let value =
+        parts.headers.get(axum::http::header::AUTHORIZATION).ok_or_else(ApiError::missing_credential)?;
+    let value =
+        value.to_str().map_err(|_| ApiError::unauthorized("The Authorization header is not valid text."))?;
+    let (scheme, token) = value
+        .split_once(' ')
+        .ok_or_else(|| ApiError::unauthorized("The Authorization header must be `Bearer <credential>`."))?;
     if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
-        return Err(ApiError::unauthorized(
-            "The Authorization header must be `Bearer <credential>`.",
-        ));
+        return Err(ApiError::unauthorized("The Authorization header must be `Bearer <credential>`."));
     }
     Ok(token.trim())
 }
 
-async fn authenticate(
-    parts: &Parts,
-    state: &AppState,
-    accepts: Accepts,
-) -> Result<Principal, ApiError> {
+async fn authenticate(parts: &Parts, state: &AppState, accepts: Accepts) -> Result<Principal, ApiError> {
     let token = bearer(parts)?;
     if token.starts_with(api_key::PREFIX) {
         if !accepts.api_key {
-            return Err(ApiError::unauthorized(
-                "This endpoint does not take an API key.",
-            ));
+            return Err(ApiError::unauthorized("This endpoint does not take an API key."));
         }
         return authenticate_key(state, token).await.map(Principal::ApiKey);
     }
     if token.split('.').count() != 3 {
-        return Err(ApiError::unauthorized(
-            "The credential is neither an API key nor a JWT.",
-        ));
+        return Err(ApiError::unauthorized("The credential is neither an API key nor a JWT."));
     }
-    let alg = jsonwebtoken::decode_header(token)
-        .map_err(|_| ApiError::unauthorized("Malformed token."))?
-        .alg;
+    let alg = jsonwebtoken::decode_header(token).map_err(|_| ApiError::unauthorized("Malformed token."))?.alg;
     if alg == jsonwebtoken::Algorithm::HS256 {
         if !accepts.user {
             return Err(ApiError::unauthorized(if accepts.operator {
@@ -221,11 +204,7 @@ async fn authenticate_key(state: &AppState, token: &str) -> Result<KeyPrincipal,
     if !api_key::looks_like_key(token) {
         return Err(invalid());
     }
-    let record = state
-        .store
-        .find_api_key(&api_key::hash(token))
-        .await?
-        .ok_or_else(invalid)?;
+    let record = state.store.find_api_key(&api_key::hash(token)).await?.ok_or_else(invalid)?;
     if record.revoked_at.is_some() {
         return Err(invalid());
     }
@@ -279,11 +258,7 @@ impl<S: RequiredScope> FromRequestParts<AppState> for ApiKeyAuth<S> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let accepts = Accepts {
-            api_key: true,
-            operator: false,
-            user: false,
-        };
+        let accepts = Accepts { api_key: true, operator: false, user: false };
         let principal = authenticate(parts, state, accepts).await?;
         principal.require(S::SCOPE)?;
         match principal {
@@ -300,17 +275,7 @@ impl FromRequestParts<AppState> for UserAuth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        match authenticate(
-            parts,
-            state,
-            Accepts {
-                api_key: false,
-                operator: false,
-                user: true,
-            },
-        )
-        .await?
-        {
+        match authenticate(parts, state, Accepts { api_key: false, operator: false, user: true }).await? {
             Principal::User(user) => Ok(Self(user)),
             _ => Err(ApiError::unauthorized("This endpoint needs a user token.")),
         }

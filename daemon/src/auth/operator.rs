@@ -95,13 +95,9 @@ impl OperatorVerifier {
 
     /// Verifies a token; the error is a short reason safe to show the caller.
     pub async fn verify(&self, token: &str) -> Result<OperatorClaims, String> {
-        let header =
-            jsonwebtoken::decode_header(token).map_err(|_| "malformed token".to_owned())?;
+        let header = jsonwebtoken::decode_header(token).map_err(|_| "malformed token".to_owned())?;
         if !self.algorithms.contains(&header.alg) {
-            return Err(format!(
-                "algorithm {:?} is not accepted for operator tokens",
-                header.alg
-            ));
+            return Err(format!("algorithm {:?} is not accepted for operator tokens", header.alg));
         }
         let kid = header.kid.clone().unwrap_or_default();
         let (key, kind, jwk_alg) = self.key(&kid).await?;
@@ -129,67 +125,57 @@ impl OperatorVerifier {
         let claims = data.claims;
         let tenant_id = TenantId::parse(&claims.tenant_id)
             .map_err(|_| "the `tenant_id` claim is not a tenant id".to_owned())?;
-        let mut scopes = claims
-            .scope
-            .as_deref()
-            .map(Scope::parse_list)
-            .unwrap_or_default();
+        let mut scopes = claims.scope.as_deref().map(Scope::parse_list).unwrap_or_default();
         scopes.extend(claims.scp.iter().flatten().filter_map(|s| Scope::parse(s)));
         scopes.sort();
         scopes.dedup();
-        Ok(OperatorClaims {
-            subject: claims.sub.unwrap_or_default(),
-            tenant_id,
-            scopes,
-        })
+        Ok(OperatorClaims { subject: claims.sub.unwrap_or_default(), tenant_id, scopes })
     }
 
+    /// The key for `kid`. A fresh cache answers directly; otherwise the set is refetched (at
+    /// most once per `min_refresh`, whatever the reason), and if the provider cannot be reached
+    /// the keys it last published are still used.
     async fn key(&self, kid: &str) -> Result<(DecodingKey, KeyKind, Option<Algorithm>), String> {
-        if let Some(found) = self.cached(kid).await {
+        if let Some((found, true)) = self.cached(kid).await {
             return Ok(found);
         }
         let _one_fetch_at_a_time = self.fetching.lock().await;
         // Another request may have fetched while this one waited.
-        if let Some(found) = self.cached(kid).await {
+        if let Some((found, true)) = self.cached(kid).await {
             return Ok(found);
         }
         let throttled = {
             let cache = self.cache.read().await;
-            cache
-                .last_attempt
-                .is_some_and(|t| t.elapsed() < self.min_refresh)
-                && cache.fetched_at.is_some_and(|t| t.elapsed() < self.max_age)
+            cache.last_attempt.is_some_and(|t| t.elapsed() < self.min_refresh)
         };
+        let mut unavailable = false;
         if !throttled {
-            self.refresh().await?;
+            unavailable = self.refresh().await.is_err();
         }
-        self.cached(kid)
-            .await
-            .ok_or_else(|| "unknown signing key (kid)".to_owned())
+        match self.cached(kid).await {
+            Some((found, _)) => Ok(found),
+            None if unavailable => Err("the identity provider's keys are unavailable".to_owned()),
+            None => Err("unknown signing key (kid)".to_owned()),
+        }
     }
 
-    async fn cached(&self, kid: &str) -> Option<(DecodingKey, KeyKind, Option<Algorithm>)> {
+    /// The cached key for `kid` (or the only key, when the token names none), and whether the
+    /// cache is fresh.
+    async fn cached(&self, kid: &str) -> Option<((DecodingKey, KeyKind, Option<Algorithm>), bool)> {
         let cache = self.cache.read().await;
-        if cache.fetched_at.is_none_or(|t| t.elapsed() >= self.max_age) {
-            return None;
-        }
+        let fresh = cache.fetched_at.is_some_and(|t| t.elapsed() < self.max_age);
         let entry = if kid.is_empty() && cache.keys.len() == 1 {
             cache.keys.values().next()
         } else {
             cache.keys.get(kid)
         }?;
-        Some((entry.key.clone(), entry.kind, entry.alg))
+        Some(((entry.key.clone(), entry.kind, entry.alg), fresh))
     }
 
     async fn refresh(&self) -> Result<(), String> {
         self.cache.write().await.last_attempt = Some(Instant::now());
         let fetched = async {
-            let response = self
-                .http
-                .get(&self.idp.jwks_url)
-                .send()
-                .await?
-                .error_for_status()?;
+            let response = self.http.get(&self.idp.jwks_url).send().await?.error_for_status()?;
             response.json::<JwkSet>().await
         }
         .await;
@@ -212,10 +198,7 @@ impl OperatorVerifier {
             let Ok(key) = DecodingKey::from_jwk(jwk) else {
                 continue;
             };
-            let alg = jwk
-                .common
-                .key_algorithm
-                .and_then(|a| a.to_string().parse::<Algorithm>().ok());
+            let alg = jwk.common.key_algorithm.and_then(|a| a.to_string().parse::<Algorithm>().ok());
             let kid = jwk.common.key_id.clone().unwrap_or_default();
             keys.insert(kid, CachedKey { key, kind, alg });
         }

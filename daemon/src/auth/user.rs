@@ -46,10 +46,8 @@ pub struct UserIdentity {
 
 /// The application's HS256 signing secret.
 pub fn signing_secret(secret: &ServerSecret, app: &ApplicationRecord) -> String {
-    let mac = secret.mac(
-        "herald.app-signing-secret.v1",
-        &[app.id.as_bytes(), &app.signing_generation.to_be_bytes()],
-    );
+    let mac = secret
+        .mac("herald.app-signing-secret.v1", &[app.id.as_bytes(), &app.signing_generation.to_be_bytes()]);
     format!("hss_{}", URL_SAFE_NO_PAD.encode(mac))
 }
 
@@ -84,19 +82,13 @@ pub fn claimed_application(token: &str) -> Result<ApplicationId, String> {
     ApplicationId::parse(&claims.application_id).map_err(|_| "unknown application".to_owned())
 }
 
-pub fn verify(
-    secret: &ServerSecret,
-    app: &ApplicationRecord,
-    token: &str,
-) -> Result<UserIdentity, String> {
+pub fn verify(secret: &ServerSecret, app: &ApplicationRecord, token: &str) -> Result<UserIdentity, String> {
     let key = DecodingKey::from_secret(signing_secret(secret, app).as_bytes());
     let mut validation = Validation::new(Algorithm::HS256);
     validation.leeway = 60;
     validation.validate_aud = false;
     validation.set_required_spec_claims(&["exp", "sub"]);
-    let data = jsonwebtoken::decode::<UserClaims>(token, &key, &validation).map_err(|e| match e
-        .kind()
-    {
+    let data = jsonwebtoken::decode::<UserClaims>(token, &key, &validation).map_err(|e| match e.kind() {
         jsonwebtoken::errors::ErrorKind::ExpiredSignature => "token expired".to_owned(),
         jsonwebtoken::errors::ErrorKind::InvalidSignature => "bad signature".to_owned(),
         _ => "invalid token".to_owned(),
@@ -119,8 +111,7 @@ pub fn verify(
     Ok(UserIdentity {
         user_id: claims.sub,
         tenant_id: TenantId::parse(&app.tenant_id).map_err(|_| "invalid tenant".to_owned())?,
-        application_id: ApplicationId::parse(&app.id)
-            .map_err(|_| "invalid application".to_owned())?,
+        application_id: ApplicationId::parse(&app.id).map_err(|_| "invalid application".to_owned())?,
         expires_at: Timestamp::from_millis(claims.exp.saturating_mul(1000)),
     })
 }

@@ -42,11 +42,7 @@ impl ApiKeyRecord {
 
 impl Store {
     pub async fn create_tenant(&self, name: String) -> StoreResult<TenantRecord> {
-        let record = TenantRecord {
-            id: TenantId::new().to_string(),
-            name,
-            created_at: now_millis(),
-        };
+        let record = TenantRecord { id: TenantId::new().to_string(), name, created_at: now_millis() };
         let row = record.clone();
         self.write(move |conn| {
             Box::pin(async move {
@@ -108,10 +104,7 @@ impl Store {
         Ok((inserted == 1).then_some(record))
     }
 
-    pub async fn get_application(
-        &self,
-        id: &ApplicationId,
-    ) -> StoreResult<Option<ApplicationRecord>> {
+    pub async fn get_application(&self, id: &ApplicationId) -> StoreResult<Option<ApplicationRecord>> {
         let mut read = self.read().await?;
         Ok(fetch!(
             &mut read.conn(),
@@ -122,10 +115,7 @@ impl Store {
         )?)
     }
 
-    pub async fn list_applications(
-        &self,
-        tenant_id: &TenantId,
-    ) -> StoreResult<Vec<ApplicationRecord>> {
+    pub async fn list_applications(&self, tenant_id: &TenantId) -> StoreResult<Vec<ApplicationRecord>> {
         let mut read = self.read().await?;
         Ok(fetch!(
             &mut read.conn(),
@@ -137,6 +127,24 @@ impl Store {
         )?)
     }
 
+    /// Gives the application a new signing secret (the secret is derived from the generation).
+    pub async fn rotate_signing_secret(&self, id: &ApplicationId) -> StoreResult<Option<ApplicationRecord>> {
+        let id = id.to_string();
+        self.write(move |conn| {
+            Box::pin(async move {
+                Ok(fetch!(
+                    conn,
+                    fetch_optional,
+                    ApplicationRecord,
+                    "UPDATE applications SET signing_generation = signing_generation + 1 WHERE id = $1
+                     RETURNING id, tenant_id, name, signing_generation, created_at",
+                    &id
+                )?)
+            })
+        })
+        .await
+    }
+
     /// Stores a new key's hash; `None` if the application does not exist.
     pub async fn create_api_key(
         &self,
@@ -145,11 +153,7 @@ impl Store {
         scopes: &[Scope],
     ) -> StoreResult<Option<KeyId>> {
         let id = KeyId::new();
-        let (key, app, scopes) = (
-            id.to_string(),
-            application_id.to_string(),
-            Scope::join(scopes),
-        );
+        let (key, app, scopes) = (id.to_string(), application_id.to_string(), Scope::join(scopes));
         let inserted = self
             .write(move |conn| {
                 Box::pin(async move {

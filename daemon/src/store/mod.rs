@@ -150,17 +150,12 @@ impl Store {
     pub async fn open(config: &Config) -> StoreResult<Store> {
         match &config.database {
             DatabaseUrl::Sqlite { url, path } => {
-                Self::open_sqlite(
-                    url,
-                    path,
-                    config.database_max_connections,
-                    config.sqlite_synchronous_full,
-                )
-                .await
+                Self::open_sqlite(url, path, config.database_max_connections, config.sqlite_synchronous_full)
+                    .await
             }
             DatabaseUrl::Postgres(url) => {
-                let options = PgConnectOptions::from_str(url.expose())
-                    .map_err(|e| StoreError::Open(e.to_string()))?;
+                let options =
+                    PgConnectOptions::from_str(url.expose()).map_err(|e| StoreError::Open(e.to_string()))?;
                 Self::open_postgres(options, config.database_max_connections).await
             }
         }
@@ -180,11 +175,7 @@ impl Store {
             .map_err(|e| StoreError::Open(e.to_string()))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(if synchronous_full {
-                SqliteSynchronous::Full
-            } else {
-                SqliteSynchronous::Normal
-            })
+            .synchronous(if synchronous_full { SqliteSynchronous::Full } else { SqliteSynchronous::Normal })
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
             .pragma("temp_store", "memory");
@@ -196,10 +187,7 @@ impl Store {
             .connect_with(options.clone().read_only(true))
             .await?;
         let writer = writer::spawn_sqlite(write_conn);
-        Ok(Store {
-            readers: Readers::Sqlite(pool),
-            writer,
-        })
+        Ok(Store { readers: Readers::Sqlite(pool), writer })
     }
 
     async fn open_postgres(options: PgConnectOptions, max_connections: u32) -> StoreResult<Store> {
@@ -212,10 +200,7 @@ impl Store {
         // Writers take connections from the same pool; leave at least one for readers.
         let writers = (max_connections / 2).clamp(1, 4) as usize;
         let writer = writer::spawn_postgres(pool.clone(), writers);
-        Ok(Store {
-            readers: Readers::Postgres(pool),
-            writer,
-        })
+        Ok(Store { readers: Readers::Postgres(pool), writer })
     }
 
     pub fn engine(&self) -> Engine {

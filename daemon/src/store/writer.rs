@@ -15,8 +15,7 @@ const MAX_BATCH: usize = 256;
 const QUEUE: usize = 4096;
 
 type Erased = Box<dyn Any + Send>;
-type Operation =
-    Box<dyn for<'c, 'd> FnOnce(&'c mut Conn<'d>) -> BoxFuture<'c, StoreResult<Erased>> + Send>;
+type Operation = Box<dyn for<'c, 'd> FnOnce(&'c mut Conn<'d>) -> BoxFuture<'c, StoreResult<Erased>> + Send>;
 
 struct Job {
     op: Operation,
@@ -54,15 +53,9 @@ impl WriterHandle {
         });
         let (reply, answer) = oneshot::channel();
         let sender = self.sender().ok_or(StoreError::WriterGone)?;
-        sender
-            .send(Job { op, reply })
-            .await
-            .map_err(|_| StoreError::WriterGone)?;
+        sender.send(Job { op, reply }).await.map_err(|_| StoreError::WriterGone)?;
         let erased = answer.await.map_err(|_| StoreError::WriterGone)??;
-        erased
-            .downcast::<R>()
-            .map(|r| *r)
-            .map_err(|_| StoreError::WriterGone)
+        erased.downcast::<R>().map(|r| *r).map_err(|_| StoreError::WriterGone)
     }
 
     /// Closes the queue and waits until the writers have finished what was queued.
@@ -105,11 +98,7 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
     if let Err(e) = super::execute!(conn, begin) {
         let message = e.to_string();
         for job in batch {
-            let _ = job
-                .reply
-                .send(Err(StoreError::Database(sqlx::Error::Protocol(
-                    message.clone(),
-                ))));
+            let _ = job.reply.send(Err(StoreError::Database(sqlx::Error::Protocol(message.clone()))));
         }
         return;
     }
@@ -117,11 +106,7 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
     let mut broken: Option<String> = None;
     for job in batch {
         if let Some(message) = &broken {
-            let _ = job
-                .reply
-                .send(Err(StoreError::Database(sqlx::Error::Protocol(
-                    message.clone(),
-                ))));
+            let _ = job.reply.send(Err(StoreError::Database(sqlx::Error::Protocol(message.clone()))));
             continue;
         }
         if let Err(e) = super::execute!(conn, "SAVEPOINT op") {
@@ -153,9 +138,9 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
     for (reply, outcome) in results {
         let answer = match &commit {
             Ok(_) => outcome,
-            Err(message) => Err(StoreError::Database(sqlx::Error::Protocol(format!(
-                "transaction failed: {message}"
-            )))),
+            Err(message) => {
+                Err(StoreError::Database(sqlx::Error::Protocol(format!("transaction failed: {message}"))))
+            }
         };
         let _ = reply.send(answer);
     }
@@ -197,11 +182,9 @@ pub fn spawn_postgres(pool: sqlx::PgPool, count: usize) -> WriterHandle {
                     Err(e) => {
                         let message = e.to_string();
                         for job in batch {
-                            let _ =
-                                job.reply
-                                    .send(Err(StoreError::Database(sqlx::Error::Protocol(
-                                        message.clone(),
-                                    ))));
+                            let _ = job
+                                .reply
+                                .send(Err(StoreError::Database(sqlx::Error::Protocol(message.clone()))));
                         }
                     }
                 }
