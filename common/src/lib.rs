@@ -6,6 +6,7 @@ pub mod api;
 pub mod client;
 pub mod error;
 pub mod ids;
+pub mod mask;
 pub mod profile;
 pub mod scope;
 pub mod timestamp;

@@ -81,6 +81,8 @@ keys! {
     "operator_jwks_max_age_seconds" => Some("300"), "A cached JWKS older than this is fetched again.";
     "stream_heartbeat_seconds" => Some("15"), "Heartbeat interval of SSE streams.";
     "retry_schedule" => Some("5s,30s,2m,10m,30m"), "Delays between automatic delivery attempts (ms/s/m/h); after the last, failed.";
+    "delivery_workers" => Some("32"), "Deliveries handed to providers at the same time by this daemon.";
+    "delivery_lease_seconds" => Some("120"), "How long a worker holds a delivery; a daemon that dies mid-send loses it to another worker after this.";
     "log" => Some("info"), "Log filter (tracing EnvFilter syntax).";
     "log_format" => Some("text"), "text or json.";
 }
@@ -190,6 +192,8 @@ pub struct Config {
     pub operator_jwks_max_age: Duration,
     pub stream_heartbeat: Duration,
     pub retry_schedule: Vec<Duration>,
+    pub delivery_workers: usize,
+    pub delivery_lease: Duration,
     pub log: String,
     pub log_format: LogFormat,
     /// Development mode: a built-in identity provider and printed credentials.
@@ -344,6 +348,11 @@ impl Layers {
         let operator_jwks_max_age = p.parse("operator_jwks_max_age_seconds", |v| parse_seconds(v, 1, 86_400));
         let stream_heartbeat = p.parse("stream_heartbeat_seconds", |v| parse_seconds(v, 1, 3_600));
         let retry_schedule = p.parse("retry_schedule", parse_schedule);
+        let delivery_workers = p.parse("delivery_workers", |v| match v.parse::<usize>() {
+            Ok(n) if (1..=1024).contains(&n) => Ok(n),
+            _ => Err("must be a whole number from 1 to 1024".to_owned()),
+        });
+        let delivery_lease = p.parse("delivery_lease_seconds", |v| parse_seconds(v, 1, 86_400));
         let log = p.parse("log", |v| {
             tracing_subscriber::EnvFilter::try_new(v)
                 .map(|_| v.to_owned())
@@ -378,6 +387,8 @@ impl Layers {
             operator_jwks_max_age: operator_jwks_max_age.ok_or_else(missing)?,
             stream_heartbeat: stream_heartbeat.ok_or_else(missing)?,
             retry_schedule: retry_schedule.ok_or_else(missing)?,
+            delivery_workers: delivery_workers.ok_or_else(missing)?,
+            delivery_lease: delivery_lease.ok_or_else(missing)?,
             log: log.ok_or_else(missing)?,
             log_format: log_format.ok_or_else(missing)?,
             dev,

@@ -7,8 +7,10 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod delivery;
 pub mod error;
 pub mod secret;
+pub mod service;
 pub mod state;
 pub mod store;
 pub mod telemetry;
@@ -74,6 +76,8 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
             config.operator_jwks_max_age,
         ))
     });
+    let providers = Arc::new(delivery::Providers::from_config(&config)?);
+    let retry_policy = delivery::RetryPolicy::new(config.retry_schedule.clone());
     Ok(AppState {
         config: Arc::new(config),
         store,
@@ -81,6 +85,9 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
         operator,
         dev_idp,
         metrics: telemetry::metrics_handle(),
+        providers,
+        retry_policy,
+        delivery_wake: Arc::new(tokio::sync::Notify::new()),
         openapi: Arc::new(OnceLock::new()),
     })
 }
@@ -92,11 +99,18 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let app = api::router(state.clone());
+    let background = CancellationToken::new();
+    let workers = tokio::spawn(delivery::run_workers(state.clone(), background.clone()));
+    let housekeeping = tokio::spawn(service::housekeeping(state.clone(), background.clone()));
     tracing::info!(addr = %listener.local_addr()?, database = state.config.database.engine(), "heraldd listening");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
         .context("server error")?;
+    // Requests are done: stop the workers (they finish the sends in flight), then the store.
+    background.cancel();
+    let _ = workers.await;
+    let _ = housekeeping.await;
     state.store.close().await;
     tracing::info!("heraldd stopped");
     Ok(())

@@ -7,6 +7,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::{
     auth::{dev_idp::DevIdp, operator::OperatorVerifier},
     config::Config,
+    delivery::{Providers, RetryPolicy},
     secret::ServerSecret,
     store::Store,
 };
@@ -21,6 +22,10 @@ pub struct AppState {
     /// The built-in identity provider of `--dev`.
     pub dev_idp: Option<Arc<DevIdp>>,
     pub metrics: PrometheusHandle,
+    pub providers: Arc<Providers>,
+    pub retry_policy: RetryPolicy,
+    /// Wakes the delivery workers when a dispatch commits.
+    pub delivery_wake: Arc<tokio::sync::Notify>,
     /// The OpenAPI document, rendered once when the router is built.
     pub openapi: Arc<OnceLock<String>>,
 }

@@ -1,6 +1,8 @@
 //! Herald's integration tests: one binary, the real daemon on loopback.
 
 mod auth;
+mod crash;
+mod dispatch;
 mod errors;
 mod openapi;
 mod ops;

@@ -12,7 +12,7 @@ use tokio::{
 const HERALDD: &str = env!("CARGO_BIN_EXE_heraldd-it");
 
 /// `heraldd` with a clean environment: only what the test sets, data under `dir`.
-fn heraldd(dir: &Path) -> Command {
+pub(crate) fn heraldd(dir: &Path) -> Command {
     let mut command = Command::new(HERALDD);
     command
         .env_clear()
@@ -27,7 +27,7 @@ fn heraldd(dir: &Path) -> Command {
     command
 }
 
-async fn run(command: &mut Command) -> (i32, String, String) {
+pub(crate) async fn run(command: &mut Command) -> (i32, String, String) {
     let output = command.output().await.expect("run heraldd");
     (
         output.status.code().unwrap_or(-1),
@@ -36,13 +36,13 @@ async fn run(command: &mut Command) -> (i32, String, String) {
     )
 }
 
-fn terminate(child: &Child) {
+pub(crate) fn terminate(child: &Child) {
     let pid = child.id().expect("running").to_string();
     let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
     assert!(status.success());
 }
 
-async fn exit_code(mut child: Child) -> i32 {
+pub(crate) async fn exit_code(mut child: Child) -> i32 {
     tokio::time::timeout(Duration::from_secs(15), child.wait())
         .await
         .expect("heraldd exits within 15 s of SIGTERM")
@@ -180,7 +180,7 @@ async fn admin_commands_print_exactly_one_json_object() {
 }
 
 /// Starts `heraldd` (serve) and returns it with its address, read from its JSON log.
-async fn start_serving(
+pub(crate) async fn start_serving(
     command: &mut Command,
 ) -> (Child, String, tokio::sync::mpsc::UnboundedReceiver<String>) {
     let mut child = command

@@ -108,7 +108,8 @@ class Sink:
         eml_path = os.path.join(self.messages_dir, f"{n}.eml")
         with open(eml_path, "wb") as f:
             f.write(raw)
-        login = getattr(session, "login_data", None)
+        # For the built-in PLAIN and LOGIN mechanisms auth_data is a LoginPassword.
+        login = getattr(session.auth_data, "login", None) if session.authenticated else None
         record = {
             "n": n,
             "mail_from": envelope.mail_from,
@@ -146,6 +147,10 @@ async def main():
     args = parser.parse_args()
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # aiosmtpd warns about its own use of a deprecated attribute on every AUTH.
+    logging.getLogger("mail.log").addFilter(
+        lambda record: "login_data is deprecated" not in record.getMessage()
+    )
     handler = Sink(args.dir)
     loop = asyncio.get_running_loop()
 

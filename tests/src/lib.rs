@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod daemon;
 pub mod idp;
+pub mod peers;
 
 pub use backend::Backend;
 pub use daemon::TestDaemon;

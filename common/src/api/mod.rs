@@ -3,5 +3,7 @@
 pub mod admin;
 pub mod applications;
 pub mod health;
+pub mod notifications;
+pub mod templates;
 pub mod users;
 pub mod whoami;

@@ -3,6 +3,7 @@
 
 mod applications;
 mod health;
+mod notifications;
 mod users;
 
 use reqwest::{Method, RequestBuilder, StatusCode};

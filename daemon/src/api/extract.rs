@@ -17,6 +17,10 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 pub struct AppJson<T>(pub T);
 
+/// A JSON request body as bytes, after the content-type and size checks, for handlers that need
+/// the body itself as well as its parsed form (idempotency fingerprints).
+pub struct JsonBody(pub Bytes);
+
 fn is_json(request: &Request) -> bool {
     let Some(value) = request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
         return false;
@@ -26,6 +30,15 @@ fn is_json(request: &Request) -> bool {
 }
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AppJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let JsonBody(bytes) = JsonBody::from_request(request, state).await?;
+        parse_json(&bytes).map(AppJson)
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
@@ -45,7 +58,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AppJson<T> {
                 ApiError::new(ErrorCode::InvalidJson, "The body could not be read.")
             }
         })?;
-        parse_json(&bytes).map(AppJson)
+        Ok(JsonBody(bytes))
     }
 }
 

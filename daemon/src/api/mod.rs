@@ -6,6 +6,8 @@ mod dev;
 pub mod extract;
 mod health;
 mod identity;
+mod notifications;
+mod templates;
 mod users;
 
 use axum::{
@@ -42,6 +44,8 @@ use crate::{error::ApiError, state::AppState};
         (name = "operations", description = "Health, metrics and this document"),
         (name = "identity", description = "Credentials and applications"),
         (name = "users", description = "End-user tokens"),
+        (name = "notifications", description = "Dispatch over email, SMS, WhatsApp and in-app"),
+        (name = "templates", description = "Stored templates for dispatch"),
     )
 )]
 struct ApiDoc;
@@ -71,7 +75,9 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
     let router = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(health::router())
         .merge(identity::router())
-        .merge(users::router());
+        .merge(users::router())
+        .merge(notifications::router())
+        .merge(templates::router());
     if dev { router.merge(dev::router()) } else { router }
 }
 

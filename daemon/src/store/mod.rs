@@ -9,6 +9,8 @@
 //! has several. Reads use a separate pool.
 
 mod credentials;
+mod notifications;
+mod templates;
 mod writer;
 
 use std::{str::FromStr, time::Duration};
@@ -22,6 +24,11 @@ use sqlx::{
 };
 
 pub use credentials::{ApiKeyRecord, ApplicationRecord, TenantRecord};
+pub use notifications::{
+    AttemptRecord, AttemptResult, ClaimedDelivery, DispatchResult, IdempotentResponse, NewNotification,
+    NotificationRecord,
+};
+pub use templates::TemplateRecord;
 
 use crate::config::{Config, DatabaseUrl};
 
@@ -105,7 +112,7 @@ macro_rules! scalar {
     };
 }
 
-pub(crate) use {execute, fetch};
+pub(crate) use {execute, fetch, scalar};
 
 /// A pooled read connection of either backend.
 pub enum ReadConn {

@@ -1,0 +1,61 @@
+//! Dispatch and templates.
+
+use reqwest::Method;
+
+use super::{Client, ClientError, users::encode_path_segment};
+use crate::api::{
+    notifications::{NotificationAccepted, NotificationIn, NotificationOut},
+    templates::{TemplateIn, TemplateListOut, TemplateOut},
+};
+
+impl Client {
+    /// Dispatches a notification, optionally with an `Idempotency-Key`.
+    pub async fn send_notification(
+        &self,
+        notification: &NotificationIn,
+        idempotency_key: Option<&str>,
+    ) -> Result<NotificationAccepted, ClientError> {
+        let mut request = self.request(Method::POST, "/api/v1/notifications").json(notification);
+        if let Some(key) = idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
+        Self::send(request).await
+    }
+
+    pub async fn notification(&self, id: &str) -> Result<NotificationOut, ClientError> {
+        self.get(&format!("/api/v1/notifications/{}", encode_path_segment(id))).await
+    }
+
+    pub async fn create_template(&self, template: &TemplateIn) -> Result<TemplateOut, ClientError> {
+        self.post("/api/v1/templates", template).await
+    }
+
+    pub async fn template(&self, id: &str) -> Result<TemplateOut, ClientError> {
+        self.get(&format!("/api/v1/templates/{}", encode_path_segment(id))).await
+    }
+
+    pub async fn templates(&self) -> Result<TemplateListOut, ClientError> {
+        self.get("/api/v1/templates").await
+    }
+
+    pub async fn replace_template(
+        &self,
+        id: &str,
+        template: &TemplateIn,
+    ) -> Result<TemplateOut, ClientError> {
+        let path = format!("/api/v1/templates/{}", encode_path_segment(id));
+        Self::send(self.request(Method::PUT, &path).json(template)).await
+    }
+
+    /// Deletes a template (204 on success).
+    pub async fn delete_template(&self, id: &str) -> Result<(), ClientError> {
+        let path = format!("/api/v1/templates/{}", encode_path_segment(id));
+        let response = self.request(Method::DELETE, &path).send().await?;
+        if response.status().is_success() {
+            return Ok(());
+        }
+        let status = response.status();
+        let bytes = response.bytes().await?;
+        super::decode::<serde_json::Value>(status, &bytes).map(|_| ())
+    }
+}

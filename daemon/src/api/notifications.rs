@@ -1,0 +1,126 @@
+//! Dispatch and lookup of notifications.
+
+use axum::{
+    Json,
+    extract::{Path, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use herald_common::{
+    Problem, Timestamp,
+    api::notifications::{
+        AttemptOut, Channel, DeliveryStatus, NotificationAccepted, NotificationIn, NotificationOut,
+    },
+    ids::{ApplicationId, NotificationId},
+};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::extract::{JsonBody, parse_json};
+use crate::{
+    auth::{ApiKeyAuth, Principal, TenantAuth, scopes},
+    error::{ApiError, ApiResult},
+    service::notifications::{self, Dispatched, Idempotency},
+    state::AppState,
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(send_notification)).routes(routes!(get_notification))
+}
+
+/// Accepts a notification for delivery. `in_app` notifications are in the user's inbox when
+/// this returns; the others are queued and delivered by the workers, with automatic retries.
+#[utoipa::path(post, path = "/api/v1/notifications", tag = "notifications",
+    request_body = NotificationIn,
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "Repeats with the same key and body return the first response and send nothing (24 h)")),
+    security(("api_key" = [])),
+    responses(
+        (status = 202, description = "Accepted", body = NotificationAccepted),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The key lacks notifications:send", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A request with this Idempotency-Key is in flight", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields, a reused Idempotency-Key, or an unverified `from` domain", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(skip_all, fields(application_id = %key.application_id))]
+async fn send_notification(
+    State(state): State<AppState>,
+    ApiKeyAuth(key, _): ApiKeyAuth<scopes::NotificationsSend>,
+    headers: HeaderMap,
+    JsonBody(bytes): JsonBody,
+) -> ApiResult<Response> {
+    let input: NotificationIn = parse_json(&bytes)?;
+    let idempotency = match headers.get("idempotency-key") {
+        Some(value) => {
+            let key =
+                value.to_str().map_err(|_| ApiError::field("Idempotency-Key", "must be visible ASCII"))?;
+            let body: serde_json::Value = parse_json(&bytes)?;
+            Some(Idempotency::new(key, &body)?)
+        }
+        None => None,
+    };
+    Ok(match notifications::dispatch(&state, &key, input, idempotency).await? {
+        Dispatched::Accepted(accepted) => (StatusCode::ACCEPTED, Json(accepted)).into_response(),
+        Dispatched::Replayed { status_code, body } => {
+            let status = StatusCode::from_u16(status_code).unwrap_or(StatusCode::OK);
+            let mut response = (status, body).into_response();
+            let headers = response.headers_mut();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+            response
+        }
+    })
+}
+
+/// The current state of one dispatch, with its delivery attempts.
+#[utoipa::path(get, path = "/api/v1/notifications/{notification_id}", tag = "notifications",
+    params(("notification_id" = String, Path)),
+    security(("api_key" = []), ("operator" = [])),
+    responses(
+        (status = 200, description = "Success", body = NotificationOut),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The credential lacks notifications:read", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such notification for this caller", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_notification(
+    State(state): State<AppState>,
+    TenantAuth(principal, _): TenantAuth<scopes::NotificationsRead>,
+    Path(notification_id): Path<String>,
+) -> ApiResult<Json<NotificationOut>> {
+    let not_found = || ApiError::not_found("notification");
+    NotificationId::parse(&notification_id).map_err(|_| not_found())?;
+    let (record, attempts) = state.store.get_notification(&notification_id).await?.ok_or_else(not_found)?;
+    // A key sees its application's notifications; an operator, its tenant's.
+    let visible = match &principal {
+        Principal::ApiKey(key) => record.application_id == key.application_id.as_str(),
+        other => record.tenant_id == other.tenant_id().as_str(),
+    };
+    if !visible {
+        return Err(not_found());
+    }
+    let corrupt =
+        |what: &str| ApiError::internal(anyhow::anyhow!("stored notification has an invalid {what}"));
+    Ok(Json(NotificationOut {
+        notification_id: NotificationId::parse(&record.id).map_err(|_| corrupt("id"))?,
+        application_id: ApplicationId::parse(&record.application_id).map_err(|_| corrupt("application"))?,
+        channel: Channel::parse(&record.channel).ok_or_else(|| corrupt("channel"))?,
+        recipient_masked: record.recipient_masked,
+        delivery_status: DeliveryStatus::parse(&record.status).ok_or_else(|| corrupt("status"))?,
+        failure_reason: record.failure_reason,
+        retryable: record.retryable,
+        retry_count: u32::try_from(record.retry_count).unwrap_or(0),
+        created_at: Timestamp::from_millis(record.created_at),
+        updated_at: Timestamp::from_millis(record.updated_at),
+        attempts: attempts
+            .into_iter()
+            .map(|a| AttemptOut {
+                attempt: u32::try_from(a.attempt).unwrap_or(0),
+                started_at: Timestamp::from_millis(a.started_at),
+                finished_at: Timestamp::from_millis(a.finished_at),
+                outcome: a.outcome,
+                provider_message_id: a.provider_message_id,
+                error: a.error,
+            })
+            .collect(),
+    }))
+}

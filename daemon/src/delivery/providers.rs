@@ -1,0 +1,100 @@
+//! The provider of each channel, chosen by configuration, and how their failures are classified:
+//! transient (retry on the schedule) or permanent (fail now).
+
+use std::time::Duration;
+
+use herald_common::api::notifications::Channel;
+
+use super::{email::EmailSender, http};
+use crate::{
+    config::{Config, SmsProvider, WhatsappProvider},
+    store::ClaimedDelivery,
+};
+
+/// A provider accepted the message.
+#[derive(Debug)]
+pub struct Sent {
+    pub provider_message_id: Option<String>,
+}
+
+#[derive(Debug)]
+pub enum SendError {
+    /// Worth retrying: a timeout, a 4xx SMTP reply, a rate limit, a provider outage.
+    Transient { reason: String, retry_after: Option<Duration> },
+    /// Retrying would not help: a 5xx SMTP reply for the recipient, an invalid number.
+    Permanent { reason: String },
+}
+
+enum Sms {
+    Log,
+    Twilio(http::Twilio),
+}
+
+enum Whatsapp {
+    Log,
+    Meta(http::Whatsapp),
+}
+
+pub struct Providers {
+    email: EmailSender,
+    sms: Sms,
+    whatsapp: Whatsapp,
+}
+
+impl Providers {
+    pub fn from_config(config: &Config) -> anyhow::Result<Self> {
+        let client = http::client();
+        let sms = match &config.sms {
+            SmsProvider::Log => Sms::Log,
+            SmsProvider::Twilio { base_url, account_sid, auth_token, from } => Sms::Twilio(http::Twilio {
+                http: client.clone(),
+                base_url: base_url.clone(),
+                account_sid: account_sid.clone(),
+                auth_token: auth_token.clone(),
+                from: from.clone(),
+            }),
+        };
+        let whatsapp = match &config.whatsapp {
+            WhatsappProvider::Log => Whatsapp::Log,
+            WhatsappProvider::Meta { base_url, api_version, phone_number_id, token } => {
+                Whatsapp::Meta(http::Whatsapp {
+                    http: client,
+                    base_url: base_url.clone(),
+                    api_version: api_version.clone(),
+                    phone_number_id: phone_number_id.clone(),
+                    token: token.clone(),
+                })
+            }
+        };
+        Ok(Self { email: EmailSender::new(config)?, sms, whatsapp })
+    }
+
+    pub async fn send(&self, job: &ClaimedDelivery) -> Result<Sent, SendError> {
+        match Channel::parse(&job.channel) {
+            Some(Channel::Email) => self.email.send(job).await,
+            Some(Channel::Sms) => match &self.sms {
+                Sms::Twilio(twilio) => twilio.send(&job.recipient, &job.body).await,
+                Sms::Log => Ok(logged(job)),
+            },
+            Some(Channel::Whatsapp) => match &self.whatsapp {
+                Whatsapp::Meta(meta) => meta.send(&job.recipient, &job.body).await,
+                Whatsapp::Log => Ok(logged(job)),
+            },
+            Some(Channel::InApp) | None => {
+                Err(SendError::Permanent { reason: format!("channel `{}` has no provider", job.channel) })
+            }
+        }
+    }
+}
+
+/// The `log` provider: records that the message would have been sent (with the recipient
+/// masked and without the body), for development.
+fn logged(job: &ClaimedDelivery) -> Sent {
+    tracing::info!(
+        channel = %job.channel,
+        recipient = %job.recipient_masked,
+        chars = job.body.chars().count(),
+        "log provider: message not sent (configure a real provider to send)"
+    );
+    Sent { provider_message_id: Some(format!("log-{}", job.id)) }
+}

@@ -1,0 +1,207 @@
+//! Template rendering with minijinja in a sandbox: bounded CPU (fuel), a recursion limit,
+//! strict undefined variables (a missing one is a 422 naming it), and HTML escaping of values
+//! in `html_body` (rendered under a `.html` name, which turns auto-escaping on).
+//!
+//! The rule for values in the request: a template part (subject, body, html_body) that the
+//! template defines cannot also be given in the request (422, never a silent override); a part
+//! the template leaves out may be given in the request and is used as it is, not rendered.
+
+use std::collections::BTreeSet;
+
+use herald_common::FieldError;
+use minijinja::{Environment, UndefinedBehavior};
+use serde_json::{Map, Value};
+
+use crate::{error::ApiError, store::TemplateRecord};
+
+/// Fuel for one render: enough for any notification, not for a runaway loop.
+const FUEL: u64 = 50_000;
+
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_fuel(Some(FUEL));
+    env.set_recursion_limit(32);
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env
+}
+
+/// The name each part renders under; `.html` switches auto-escaping on.
+fn part_name(field: &str) -> &'static str {
+    match field {
+        "html_body" => "html_body.html",
+        "subject" => "subject.txt",
+        _ => "body.txt",
+    }
+}
+
+/// Checks that each part of a template compiles (for create and replace).
+pub fn check_syntax(parts: &[(&str, Option<&str>)]) -> Result<(), ApiError> {
+    let env = environment();
+    let errors: Vec<FieldError> = parts
+        .iter()
+        .filter_map(|(field, source)| {
+            let source = (*source)?;
+            env.template_from_named_str(part_name(field), source)
+                .err()
+                .map(|e| FieldError::new(*field, format!("is not a valid template: {}", describe(&e))))
+        })
+        .collect();
+    if errors.is_empty() { Ok(()) } else { Err(ApiError::validation(errors)) }
+}
+
+fn describe(error: &minijinja::Error) -> String {
+    let mut text = error.detail().map(str::to_owned).unwrap_or_else(|| error.kind().to_string());
+    if let Some(line) = error.line() {
+        text.push_str(&format!(" (line {line})"));
+    }
+    text
+}
+
+/// The rendered parts (each `None` when neither the template nor the request has it).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Rendered {
+    pub subject: Option<String>,
+    pub body: Option<String>,
+    pub html_body: Option<String>,
+}
+
+/// Renders `template` with `data`, merged with the parts the request gives.
+pub fn render(
+    template: &TemplateRecord,
+    data: &Map<String, Value>,
+    request: Rendered,
+) -> Result<Rendered, ApiError> {
+    let env = environment();
+    let parts = [
+        ("subject", template.subject.as_deref(), request.subject),
+        ("body", template.body.as_deref(), request.body),
+        ("html_body", template.html_body.as_deref(), request.html_body),
+    ];
+    let mut conflicts = Vec::new();
+    let mut missing = BTreeSet::new();
+    let mut compiled = Vec::new();
+    for (field, source, given) in parts {
+        match (source, given) {
+            (Some(_), Some(_)) => conflicts.push(FieldError::new(
+                field,
+                "is defined by the template; leave it out of the request or out of the template",
+            )),
+            (Some(source), None) => {
+                let tmpl = env.template_from_named_str(part_name(field), source).map_err(|e| {
+                    ApiError::field(
+                        "template_id",
+                        format!("the template's {field} does not compile: {}", describe(&e)),
+                    )
+                })?;
+                missing.extend(
+                    tmpl.undeclared_variables(false).into_iter().filter(|name| !data.contains_key(name)),
+                );
+                compiled.push((field, Some(tmpl), None));
+            }
+            (None, given) => compiled.push((field, None, given)),
+        }
+    }
+    if !conflicts.is_empty() {
+        return Err(ApiError::validation(conflicts));
+    }
+    if !missing.is_empty() {
+        let names = missing.into_iter().collect::<Vec<_>>().join(", ");
+        return Err(ApiError::field(
+            "template_data",
+            format!("is missing variables the template uses: {names}"),
+        ));
+    }
+    let mut out = Rendered::default();
+    for (field, tmpl, given) in compiled {
+        let text = match tmpl {
+            Some(tmpl) => Some(tmpl.render(minijinja::value::Serde(data)).map_err(|e| {
+                ApiError::field(
+                    "template_data",
+                    format!("cannot render the template's {field}: {}", describe(&e)),
+                )
+            })?),
+            None => given,
+        };
+        match field {
+            "subject" => out.subject = text,
+            "body" => out.body = text,
+            _ => out.html_body = text,
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn template(subject: Option<&str>, body: Option<&str>, html: Option<&str>) -> TemplateRecord {
+        TemplateRecord {
+            id: "tpl_x".into(),
+            tenant_id: "tnt_x".into(),
+            name: "t".into(),
+            subject: subject.map(Into::into),
+            body: body.map(Into::into),
+            html_body: html.map(Into::into),
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    fn data(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn renders_and_escapes_html_only() {
+        let t = template(Some("Hi {{ name }}"), Some("Code: {{ code }}"), Some("<p>{{ name }}</p>"));
+        let out =
+            render(&t, &data(json!({"name": "<b>Ann</b>", "code": "1 < 2"})), Rendered::default()).unwrap();
+        assert_eq!(out.subject.as_deref(), Some("Hi <b>Ann</b>"));
+        assert_eq!(out.body.as_deref(), Some("Code: 1 < 2"));
+        assert_eq!(out.html_body.as_deref(), Some("<p>&lt;b&gt;Ann&lt;&#x2f;b&gt;</p>"));
+    }
+
+    #[test]
+    fn missing_variables_are_named() {
+        let t = template(Some("{{ a }}"), Some("{{ b }} {{ c.d }}"), None);
+        let err = render(&t, &data(json!({"a": 1})), Rendered::default()).unwrap_err();
+        let p = err.problem();
+        assert_eq!(p.errors[0].field, "template_data");
+        assert!(p.errors[0].message.ends_with("b, c"), "{}", p.errors[0].message);
+    }
+
+    #[test]
+    fn request_parts_never_silently_override() {
+        let t = template(Some("S"), Some("B"), None);
+        let request = Rendered { subject: Some("mine".into()), ..Default::default() };
+        let err = render(&t, &Map::new(), request).unwrap_err();
+        assert_eq!(err.problem().errors[0].field, "subject");
+        let request = Rendered { html_body: Some("<p>mine</p>".into()), ..Default::default() };
+        let out = render(&t, &Map::new(), request).unwrap();
+        assert_eq!(
+            out.html_body.as_deref(),
+            Some("<p>mine</p>"),
+            "a part the template lacks comes from the request"
+        );
+    }
+
+    #[test]
+    fn runaway_templates_run_out_of_fuel() {
+        let t = template(
+            None,
+            Some("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"),
+            None,
+        );
+        let err = render(&t, &Map::new(), Rendered::default()).unwrap_err();
+        assert_eq!(err.problem().errors[0].field, "template_data");
+    }
+
+    #[test]
+    fn syntax_errors_name_the_part() {
+        let err = check_syntax(&[("subject", Some("ok")), ("body", Some("{% if %}"))]).unwrap_err();
+        assert_eq!(err.problem().errors[0].field, "body");
+    }
+}

@@ -1,0 +1,530 @@
+//! Notifications, the delivery queue, attempts and idempotency keys.
+//!
+//! The queue is the `deliveries` table (an outbox written in the same transaction as the
+//! notification). Workers claim due rows with a lease (`FOR UPDATE SKIP LOCKED` on PostgreSQL;
+//! on SQLite the single writer serialises claims), and a claim's `lease_token` (the
+//! notification's attempt number) must still match when the outcome is recorded, so a worker
+//! whose lease expired and was reclaimed cannot overwrite the newer attempt's result.
+
+use herald_common::api::notifications::{Channel, DeliveryStatus};
+
+use super::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
+
+/// A notification to insert.
+#[derive(Clone, Debug)]
+pub struct NewNotification {
+    pub id: String,
+    pub tenant_id: String,
+    pub application_id: String,
+    pub channel: Channel,
+    pub recipient: String,
+    pub recipient_masked: String,
+    pub sender: Option<String>,
+    pub subject: Option<String>,
+    pub title: Option<String>,
+    pub body: String,
+    pub html_body: Option<String>,
+    /// JSON text.
+    pub data: Option<String>,
+    pub template_id: Option<String>,
+    pub created_at: i64,
+}
+
+/// The idempotency record to write with a dispatch: the response that later requests with the
+/// same key replay.
+#[derive(Clone, Debug)]
+pub struct IdempotentResponse {
+    pub key: String,
+    pub request_hash: String,
+    pub status_code: u16,
+    pub body: String,
+    pub ttl_ms: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DispatchResult {
+    Created,
+    /// The key was used before with the same request: answer with the stored response.
+    Replay {
+        status_code: u16,
+        body: String,
+    },
+    /// The key was used before with a different request.
+    KeyReused,
+    /// The first request with this key has not finished.
+    InFlight,
+}
+
+#[derive(sqlx::FromRow)]
+struct IdempotencyRow {
+    request_hash: String,
+    status_code: Option<i64>,
+    response_body: Option<String>,
+    expires_at: i64,
+}
+
+/// A claimed delivery, with what the provider needs.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct ClaimedDelivery {
+    pub id: String,
+    pub application_id: String,
+    pub channel: String,
+    pub recipient: String,
+    pub recipient_masked: String,
+    pub sender: Option<String>,
+    pub subject: Option<String>,
+    pub body: String,
+    pub html_body: Option<String>,
+    /// The notification's attempt number: also the lease token.
+    pub attempt_count: i64,
+    /// Attempts in the current cycle (since acceptance or the last manual retry).
+    #[sqlx(default)]
+    pub cycle_attempt: i64,
+}
+
+/// What happened to one attempt.
+#[derive(Clone, Debug)]
+pub enum AttemptResult {
+    Sent {
+        provider_message_id: Option<String>,
+    },
+    /// A transient failure with attempts left: try again at `next_attempt_at`.
+    Retry {
+        error: String,
+        next_attempt_at: i64,
+    },
+    /// Given up: permanent, or transient with no attempts left (`retryable`).
+    Failed {
+        error: String,
+        retryable: bool,
+        transient: bool,
+    },
+}
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct NotificationRecord {
+    pub id: String,
+    pub tenant_id: String,
+    pub application_id: String,
+    pub channel: String,
+    pub recipient_masked: String,
+    pub status: String,
+    pub failure_reason: Option<String>,
+    pub retryable: bool,
+    pub retry_count: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct AttemptRecord {
+    pub attempt: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub outcome: String,
+    pub provider_message_id: Option<String>,
+    pub error: Option<String>,
+}
+
+const CLAIM_SQLITE: &str =
+    "UPDATE deliveries SET state = 'leased', locked_until = $1, cycle_attempt = cycle_attempt + 1
+     WHERE notification_id IN (
+         SELECT notification_id FROM deliveries WHERE state = 'pending' AND next_attempt_at <= $2
+         ORDER BY next_attempt_at LIMIT $3)
+     RETURNING notification_id, cycle_attempt";
+
+const CLAIM_POSTGRES: &str =
+    "UPDATE deliveries SET state = 'leased', locked_until = $1, cycle_attempt = cycle_attempt + 1
+     WHERE notification_id IN (
+         SELECT notification_id FROM deliveries WHERE state = 'pending' AND next_attempt_at <= $2
+         ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+     RETURNING notification_id, cycle_attempt";
+
+impl Store {
+    /// Inserts a notification with its delivery job (or, for in_app, its inbox item) and the
+    /// idempotency record, all in one transaction. With an idempotency key already used, nothing
+    /// is inserted and the result says why.
+    pub async fn dispatch(
+        &self,
+        notification: NewNotification,
+        idempotency: Option<IdempotentResponse>,
+    ) -> StoreResult<DispatchResult> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                if let Some(idem) = &idempotency {
+                    let result = claim_idempotency_key(
+                        conn,
+                        &notification.application_id,
+                        idem,
+                        notification.created_at,
+                    )
+                    .await?;
+                    if result != DispatchResult::Created {
+                        return Ok(result);
+                    }
+                }
+                insert_notification(conn, &notification).await?;
+                Ok(DispatchResult::Created)
+            })
+        })
+        .await
+    }
+
+    /// Leases up to `limit` due deliveries until `now + lease_ms` and marks them `sending`.
+    pub async fn claim_due_deliveries(&self, limit: i64, lease_ms: i64) -> StoreResult<Vec<ClaimedDelivery>> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                let now = super::now_millis();
+                let sql = match conn.engine() {
+                    Engine::Sqlite => CLAIM_SQLITE,
+                    Engine::Postgres => CLAIM_POSTGRES,
+                };
+                let claimed: Vec<(String, i64)> =
+                    fetch!(conn, fetch_all, (String, i64), sql, now + lease_ms, now, limit)?;
+                let mut jobs = Vec::with_capacity(claimed.len());
+                for (id, cycle_attempt) in claimed {
+                    let mut job = fetch!(
+                        conn,
+                        fetch_one,
+                        ClaimedDelivery,
+                        "UPDATE notifications SET status = 'sending', attempt_count = attempt_count + 1, updated_at = $2
+                         WHERE id = $1
+                         RETURNING id, application_id, channel, recipient, recipient_masked, sender, subject, body,
+                                   html_body, attempt_count",
+                        &id,
+                        now
+                    )?;
+                    execute!(
+                        conn,
+                        "UPDATE deliveries SET lease_token = $2 WHERE notification_id = $1",
+                        &id,
+                        job.attempt_count
+                    )?;
+                    job.cycle_attempt = cycle_attempt;
+                    jobs.push(job);
+                }
+                Ok(jobs)
+            })
+        })
+        .await
+    }
+
+    /// Records the outcome of attempt `lease_token` of a notification. Returns `false` (and
+    /// changes nothing but the attempt log) if the lease was lost to a reclaim meanwhile.
+    pub async fn record_attempt(
+        &self,
+        notification_id: &str,
+        lease_token: i64,
+        started_at: i64,
+        result: AttemptResult,
+    ) -> StoreResult<bool> {
+        let id = notification_id.to_owned();
+        self.write(move |conn| {
+            Box::pin(async move {
+                let now = super::now_millis();
+                let held = match &result {
+                    AttemptResult::Retry { next_attempt_at, .. } => execute!(
+                        conn,
+                        "UPDATE deliveries SET state = 'pending', next_attempt_at = $3, locked_until = NULL
+                         WHERE notification_id = $1 AND lease_token = $2 AND state = 'leased'",
+                        &id,
+                        lease_token,
+                        *next_attempt_at
+                    )?,
+                    _ => execute!(
+                        conn,
+                        "DELETE FROM deliveries WHERE notification_id = $1 AND lease_token = $2 AND state = 'leased'",
+                        &id,
+                        lease_token
+                    )?,
+                } == 1;
+                let (outcome, provider_message_id, error) = match &result {
+                    AttemptResult::Sent { provider_message_id } => ("sent", provider_message_id.clone(), None),
+                    AttemptResult::Retry { error, .. } => ("transient_failure", None, Some(error.clone())),
+                    AttemptResult::Failed { error, transient: true, .. } => {
+                        ("transient_failure", None, Some(error.clone()))
+                    }
+                    AttemptResult::Failed { error, .. } => ("permanent_failure", None, Some(error.clone())),
+                };
+                execute!(
+                    conn,
+                    "INSERT INTO delivery_attempts
+                         (notification_id, attempt, started_at, finished_at, outcome, provider_message_id, error)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (notification_id, attempt) DO NOTHING",
+                    &id,
+                    lease_token,
+                    started_at,
+                    now,
+                    outcome,
+                    provider_message_id,
+                    error
+                )?;
+                if !held {
+                    return Ok(false);
+                }
+                match &result {
+                    AttemptResult::Sent { .. } => execute!(
+                        conn,
+                        "UPDATE notifications SET status = 'sent', failure_reason = NULL, retryable = FALSE,
+                             updated_at = $2 WHERE id = $1",
+                        &id,
+                        now
+                    )?,
+                    AttemptResult::Retry { .. } => execute!(
+                        conn,
+                        "UPDATE notifications SET status = 'queued', updated_at = $2 WHERE id = $1",
+                        &id,
+                        now
+                    )?,
+                    AttemptResult::Failed { error, retryable, .. } => execute!(
+                        conn,
+                        "UPDATE notifications SET status = 'failed', failure_reason = $2, retryable = $3,
+                             updated_at = $4 WHERE id = $1",
+                        &id,
+                        error,
+                        *retryable,
+                        now
+                    )?,
+                };
+                Ok(true)
+            })
+        })
+        .await
+    }
+
+    /// Puts deliveries whose lease ran out (their worker died) back in the queue.
+    pub async fn reclaim_expired_leases(&self) -> StoreResult<u64> {
+        self.write(|conn| {
+            Box::pin(async move {
+                let now = super::now_millis();
+                Ok(execute!(
+                    conn,
+                    "UPDATE deliveries SET state = 'pending', next_attempt_at = $1, locked_until = NULL
+                     WHERE state = 'leased' AND locked_until <= $1",
+                    now
+                )?)
+            })
+        })
+        .await
+    }
+
+    /// When the next delivery is due (for the workers' sleep), if any is pending.
+    pub async fn next_delivery_due(&self) -> StoreResult<Option<i64>> {
+        let mut read = self.read().await?;
+        Ok(scalar!(
+            &mut read.conn(),
+            fetch_one,
+            Option<i64>,
+            "SELECT MIN(next_attempt_at) FROM deliveries WHERE state = 'pending'"
+        )?)
+    }
+
+    /// Deletes idempotency keys past their lifetime.
+    pub async fn delete_expired_idempotency_keys(&self) -> StoreResult<u64> {
+        self.write(|conn| {
+            Box::pin(async move {
+                Ok(execute!(
+                    conn,
+                    "DELETE FROM idempotency_keys WHERE expires_at <= $1",
+                    super::now_millis()
+                )?)
+            })
+        })
+        .await
+    }
+
+    pub async fn get_notification(
+        &self,
+        id: &str,
+    ) -> StoreResult<Option<(NotificationRecord, Vec<AttemptRecord>)>> {
+        let mut read = self.read().await?;
+        let mut conn = read.conn();
+        let Some(record) = fetch!(
+            &mut conn,
+            fetch_optional,
+            NotificationRecord,
+            "SELECT id, tenant_id, application_id, channel, recipient_masked, status, failure_reason, retryable,
+                    retry_count, created_at, updated_at
+             FROM notifications WHERE id = $1",
+            id
+        )?
+        else {
+            return Ok(None);
+        };
+        let attempts = fetch!(
+            &mut conn,
+            fetch_all,
+            AttemptRecord,
+            "SELECT attempt, started_at, finished_at, outcome, provider_message_id, error
+             FROM delivery_attempts WHERE notification_id = $1 ORDER BY attempt",
+            id
+        )?;
+        Ok(Some((record, attempts)))
+    }
+}
+
+impl Store {
+    /// What an idempotency key means for a request with `request_hash`, before any work is done:
+    /// `Created` if the key is unused (or expired).
+    pub async fn check_idempotency_key(
+        &self,
+        application_id: &str,
+        key: &str,
+        request_hash: &str,
+    ) -> StoreResult<DispatchResult> {
+        let mut read = self.read().await?;
+        let existing = fetch!(
+            &mut read.conn(),
+            fetch_optional,
+            IdempotencyRow,
+            "SELECT request_hash, status_code, response_body, expires_at FROM idempotency_keys
+             WHERE application_id = $1 AND idempotency_key = $2",
+            application_id,
+            key
+        )?;
+        Ok(match existing {
+            Some(row) if row.expires_at > super::now_millis() => decide(row, request_hash),
+            _ => DispatchResult::Created,
+        })
+    }
+}
+
+/// What an existing, unexpired key means for a request with `request_hash`.
+fn decide(existing: IdempotencyRow, request_hash: &str) -> DispatchResult {
+    if existing.request_hash != request_hash {
+        return DispatchResult::KeyReused;
+    }
+    match (existing.status_code, existing.response_body) {
+        (Some(code), Some(body)) => {
+            DispatchResult::Replay { status_code: u16::try_from(code).unwrap_or(500), body }
+        }
+        _ => DispatchResult::InFlight,
+    }
+}
+
+/// Writes the idempotency record, or reports why the key cannot be used for this request.
+async fn claim_idempotency_key(
+    conn: &mut Conn<'_>,
+    application_id: &str,
+    idem: &IdempotentResponse,
+    now: i64,
+) -> StoreResult<DispatchResult> {
+    let inserted = execute!(
+        conn,
+        "INSERT INTO idempotency_keys
+             (application_id, idempotency_key, request_hash, status_code, response_body, created_at, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (application_id, idempotency_key) DO NOTHING",
+        application_id,
+        &idem.key,
+        &idem.request_hash,
+        i64::from(idem.status_code),
+        &idem.body,
+        now,
+        now + idem.ttl_ms
+    )?;
+    if inserted == 1 {
+        return Ok(DispatchResult::Created);
+    }
+    let existing = fetch!(
+        conn,
+        fetch_one,
+        IdempotencyRow,
+        "SELECT request_hash, status_code, response_body, expires_at FROM idempotency_keys
+         WHERE application_id = $1 AND idempotency_key = $2",
+        application_id,
+        &idem.key
+    )?;
+    if existing.expires_at <= now {
+        // An expired key is free again.
+        execute!(
+            conn,
+            "UPDATE idempotency_keys SET request_hash = $3, status_code = $4, response_body = $5, created_at = $6,
+                 expires_at = $7 WHERE application_id = $1 AND idempotency_key = $2",
+            application_id,
+            &idem.key,
+            &idem.request_hash,
+            i64::from(idem.status_code),
+            &idem.body,
+            now,
+            now + idem.ttl_ms
+        )?;
+        return Ok(DispatchResult::Created);
+    }
+    Ok(decide(existing, &idem.request_hash))
+}
+
+async fn insert_notification(conn: &mut Conn<'_>, n: &NewNotification) -> StoreResult<()> {
+    let status = match n.channel {
+        Channel::InApp => DeliveryStatus::Delivered,
+        _ => DeliveryStatus::Queued,
+    };
+    let attempt_count: i64 = if n.channel == Channel::InApp { 1 } else { 0 };
+    execute!(
+        conn,
+        "INSERT INTO notifications
+             (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
+              html_body, data, template_id, status, attempt_count, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16)",
+        &n.id,
+        &n.tenant_id,
+        &n.application_id,
+        n.channel.as_str(),
+        &n.recipient,
+        &n.recipient_masked,
+        &n.sender,
+        &n.subject,
+        &n.title,
+        &n.body,
+        &n.html_body,
+        &n.data,
+        &n.template_id,
+        status.as_str(),
+        attempt_count,
+        n.created_at
+    )?;
+    if n.channel != Channel::InApp {
+        execute!(
+            conn,
+            "INSERT INTO deliveries (notification_id, state, next_attempt_at) VALUES ($1, 'pending', $2)",
+            &n.id,
+            n.created_at
+        )?;
+        return Ok(());
+    }
+    let seq = scalar!(
+        conn,
+        fetch_one,
+        i64,
+        "INSERT INTO inbox_sequences (application_id, user_id, last_seq) VALUES ($1, $2, 1)
+         ON CONFLICT (application_id, user_id) DO UPDATE SET last_seq = inbox_sequences.last_seq + 1
+         RETURNING last_seq",
+        &n.application_id,
+        &n.recipient
+    )?;
+    let inbox_id = herald_common::ids::InAppId::new().to_string();
+    execute!(
+        conn,
+        "INSERT INTO inbox_items
+             (id, application_id, user_id, seq, notification_id, title, body, data, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
+        &inbox_id,
+        &n.application_id,
+        &n.recipient,
+        seq,
+        &n.id,
+        n.title.as_deref().or(n.subject.as_deref()).unwrap_or_default(),
+        &n.body,
+        &n.data,
+        n.created_at
+    )?;
+    execute!(
+        conn,
+        "INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)
+         VALUES ($1, 1, $2, $2, 'delivered', $3)",
+        &n.id,
+        n.created_at,
+        &inbox_id
+    )?;
+    Ok(())
+}
