@@ -115,6 +115,8 @@ async fn smtp_failures_are_classified(backend: Backend) {
     assert_eq!(out.attempts.len(), 1, "permanent failures are not retried");
     let reason = out.failure_reason.unwrap();
     assert!(reason.contains("550") && reason.contains("User unknown"), "the SMTP text is kept: {reason}");
+    assert!(!reason.contains("gone@example.com") && reason.contains("g**e@example.com"), "masked: {reason}");
+    assert!(!out.attempts[0].error.as_deref().unwrap().contains("gone@"), "attempt errors are masked too");
 
     let out = settled(&key, busy.notification_id.as_str()).await;
     assert_eq!(out.delivery_status, DeliveryStatus::Failed);
@@ -157,7 +159,9 @@ async fn sms_through_twilio(backend: Backend) {
 
     let out = settled(&key, invalid.notification_id.as_str()).await;
     assert_eq!((out.delivery_status, out.retryable), (DeliveryStatus::Failed, false));
-    assert!(out.failure_reason.unwrap().contains("21211"), "Twilio's code is kept");
+    let reason = out.failure_reason.unwrap();
+    assert!(reason.contains("21211"), "Twilio's code is kept: {reason}");
+    assert!(!reason.contains(twilio::INVALID_NUMBER) && !reason.contains("15005550001"), "masked: {reason}");
 
     let out = settled(&key, flaky.notification_id.as_str()).await;
     assert_eq!(out.delivery_status, DeliveryStatus::Sent, "transient 503s are retried");

@@ -102,7 +102,8 @@ pub async fn run_workers(state: AppState, shutdown: CancellationToken) {
 #[tracing::instrument(skip_all, fields(notification_id = %job.id, channel = %job.channel, attempt = job.attempt_count))]
 async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphorePermit) {
     let started_at = now_millis();
-    let outcome = state.providers.send(&job).await;
+    let outcome =
+        state.providers.send(&job).await.map_err(|e| e.redact(&job.recipient, &job.recipient_masked));
     let result = match outcome {
         Ok(sent) => AttemptResult::Sent { provider_message_id: sent.provider_message_id },
         Err(SendError::Permanent { reason }) => {

@@ -25,6 +25,27 @@ pub enum SendError {
     Permanent { reason: String },
 }
 
+impl SendError {
+    /// The same error with the raw recipient replaced by its mask: providers quote recipients in
+    /// their errors (`<ann@example.com>: Recipient address rejected`), and failure reasons are
+    /// shown in the API and the logs, where raw recipients never appear.
+    pub fn redact(self, recipient: &str, masked: &str) -> SendError {
+        let scrub = |reason: String| {
+            let mut reason = reason.replace(recipient, masked);
+            if let Some(digits) = recipient.strip_prefix('+') {
+                reason = reason.replace(digits, masked.trim_start_matches('+'));
+            }
+            reason
+        };
+        match self {
+            SendError::Transient { reason, retry_after } => {
+                SendError::Transient { reason: scrub(reason), retry_after }
+            }
+            SendError::Permanent { reason } => SendError::Permanent { reason: scrub(reason) },
+        }
+    }
+}
+
 enum Sms {
     Log,
     Twilio(http::Twilio),
@@ -45,7 +66,10 @@ impl Providers {
     pub fn from_config(config: &Config) -> anyhow::Result<Self> {
         let client = http::client();
         let sms = match &config.sms {
-            SmsProvider::Log => Sms::Log,
+            SmsProvider::Log => {
+                tracing::warn!("HERALD_SMS_PROVIDER=log: SMS are logged, not sent");
+                Sms::Log
+            }
             SmsProvider::Twilio { base_url, account_sid, auth_token, from } => Sms::Twilio(http::Twilio {
                 http: client.clone(),
                 base_url: base_url.clone(),
@@ -55,7 +79,10 @@ impl Providers {
             }),
         };
         let whatsapp = match &config.whatsapp {
-            WhatsappProvider::Log => Whatsapp::Log,
+            WhatsappProvider::Log => {
+                tracing::warn!("HERALD_WHATSAPP_PROVIDER=log: WhatsApp messages are logged, not sent");
+                Whatsapp::Log
+            }
             WhatsappProvider::Meta { base_url, api_version, phone_number_id, token } => {
                 Whatsapp::Meta(http::Whatsapp {
                     http: client,

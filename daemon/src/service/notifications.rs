@@ -37,7 +37,7 @@ impl Idempotency {
     /// SHA-256 of its canonical JSON, so whitespace and key order do not matter.
     pub fn new(key: &str, body: &Value) -> ApiResult<Self> {
         if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
-            return Err(ApiError::field("Idempotency-Key", "must be 1 to 255 visible ASCII characters"));
+            return Err(ApiError::field("Idempotency-Key", "must be 1 to 255 printable ASCII characters"));
         }
         let canonical = serde_json::to_vec(&canonical(body)).unwrap_or_default();
         let digest = Sha256::digest(&canonical);
@@ -198,8 +198,13 @@ async fn prepare(state: &AppState, key: &KeyPrincipal, input: NotificationIn) ->
             if channel == Channel::InApp { validate::single_line(title, 256) } else { Err(only("in_app")) },
         );
     }
-    if channel == Channel::InApp && input.title.is_none() && content.subject.is_none() {
-        check("title", Err("is required for in_app (or give a subject)".to_owned()));
+    if channel == Channel::InApp {
+        match (&input.title, &content.subject) {
+            (None, None) => check("title", Err("is required for in_app (or give a subject)".to_owned())),
+            // The subject becomes the inbox title, so it obeys the title's limit.
+            (None, Some(subject)) => check("subject", validate::single_line(subject, 256)),
+            _ => {}
+        }
     }
     if let Some(data) = &input.data {
         if channel == Channel::InApp {

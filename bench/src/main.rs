@@ -1,0 +1,253 @@
+//! herald-bench: measures the release daemon as a process on loopback, with the same load
+//! generator for its own `/healthz` (the floor) and for dispatch, in the same run.
+//!
+//!     cargo build --release -p herald-daemon -p herald-bench
+//!     target/release/herald-bench dispatch --backend sqlite
+//!
+//! With `--pin`, the daemon runs on core 0 (`taskset -c 0`) and the generator should run on core
+//! 1 (`taskset -c 1 target/release/herald-bench …`), as the floors in PERFORMANCE.md were taken.
+
+mod load;
+mod smtp;
+
+use std::{
+    path::PathBuf,
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use herald_common::api::admin::Bootstrapped;
+use herald_tests::Backend;
+use reqwest::Method;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[derive(Parser)]
+#[command(name = "herald-bench", about = "Benchmarks for Herald")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BackendArg {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Accepted dispatches per second (in_app and email) next to /healthz, and email delivered
+    /// per second to an SMTP sink with the latency from 202 to receipt.
+    Dispatch {
+        #[arg(long, value_enum, default_value = "sqlite")]
+        backend: BackendArg,
+        #[arg(long, default_value_t = 20_000)]
+        requests: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// The heraldd binary (a release build).
+        #[arg(long, default_value = "target/release/heraldd")]
+        daemon: PathBuf,
+        /// Run the daemon on core 0 with taskset.
+        #[arg(long)]
+        pin: bool,
+    },
+}
+
+struct Daemon {
+    child: tokio::process::Child,
+    url: String,
+    boot: Bootstrapped,
+}
+
+async fn start_daemon(
+    binary: &PathBuf,
+    dir: &std::path::Path,
+    database_url: &str,
+    smtp_port: u16,
+    pin: bool,
+) -> anyhow::Result<Daemon> {
+    let env = |command: &mut tokio::process::Command| {
+        command
+            .env("HERALD_DATABASE_URL", database_url)
+            .env("HERALD_DATA_DIR", dir.join("data"))
+            .env("HERALD_SECRET", "bench-secret-bench-secret-bench-secret-00")
+            .env("HERALD_SMTP_URL", format!("smtp+plain://127.0.0.1:{smtp_port}"))
+            .env("HERALD_LISTEN", "127.0.0.1:0")
+            .env("HERALD_LOG_FORMAT", "json")
+            .env("HERALD_LOG", "warn,herald_daemon=info,herald_daemon::delivery=warn");
+    };
+    let mut admin = tokio::process::Command::new(binary);
+    env(&mut admin);
+    let out = admin.args(["admin", "bootstrap", "--json"]).output().await.context("run heraldd admin")?;
+    if !out.status.success() {
+        bail!("heraldd admin bootstrap failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let boot: Bootstrapped = serde_json::from_slice(&out.stdout)?;
+    let mut command = if pin {
+        let mut c = tokio::process::Command::new("taskset");
+        c.args(["-c", "0"]).arg(binary);
+        c
+    } else {
+        tokio::process::Command::new(binary)
+    };
+    env(&mut command);
+    let mut child = command.stderr(Stdio::piped()).kill_on_drop(true).spawn().context("start heraldd")?;
+    let mut lines = BufReader::new(child.stderr.take().context("stderr")?).lines();
+    let addr = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let event: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if event["message"] == "heraldd listening" {
+                return event["addr"].as_str().map(str::to_owned);
+            }
+        }
+        None
+    })
+    .await
+    .context("heraldd did not start in 30 s")?
+    .context("heraldd exited")?;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(Daemon { child, url: format!("http://{addr}"), boot })
+}
+
+fn row(name: &str, report: &load::Report, floor: Option<f64>) -> String {
+    let ratio =
+        floor.map(|f| format!("{:.0} %", 100.0 * report.per_second() / f)).unwrap_or_else(|| "—".into());
+    format!(
+        "| {name} | {:.0} | {ratio} | {:.2} | {:.2} | {} |",
+        report.per_second(),
+        report.percentile(50.0).as_secs_f64() * 1000.0,
+        report.percentile(99.0).as_secs_f64() * 1000.0,
+        report.errors
+    )
+}
+
+async fn dispatch(
+    backend: BackendArg,
+    requests: usize,
+    concurrency: usize,
+    daemon: PathBuf,
+    pin: bool,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let backend = match backend {
+        BackendArg::Sqlite => Backend::Sqlite,
+        BackendArg::Postgres => Backend::Postgres,
+    };
+    if !backend.available() {
+        bail!("set HERALD_TEST_DATABASE_URL to benchmark PostgreSQL");
+    }
+    let database_url = backend.fresh_database_url(dir.path()).await;
+    let (smtp_port, received) = smtp::start().await?;
+    let d = start_daemon(&daemon, dir.path(), &database_url, smtp_port, pin).await?;
+    let nothing: Arc<dyn Fn(usize, Instant) + Send + Sync> = Arc::new(|_, _| {});
+
+    // Warm up connections, caches and the database.
+    let warm: load::MakeRequest = Arc::new(|i| {
+        (
+            Method::POST,
+            "/api/v1/notifications".into(),
+            Some(
+                json!({"channel": "in_app", "recipient": format!("warm-{}", i % 100), "title": "w", "body": "w"}),
+            ),
+        )
+    });
+    load::run(&d.url, Some(&d.boot.api_key), 2_000, concurrency, warm, nothing.clone()).await;
+
+    let health: load::MakeRequest = Arc::new(|_| (Method::GET, "/healthz".into(), None));
+    let floor = load::run(&d.url, None, requests, concurrency, health, nothing.clone()).await;
+
+    let in_app: load::MakeRequest = Arc::new(|i| {
+        (
+            Method::POST,
+            "/api/v1/notifications".into(),
+            Some(json!({
+                "channel": "in_app", "recipient": format!("user-{}", i % 1000), "title": "Bench", "body": "A benchmark notification",
+                "data": {"action_url": "https://example.com/x", "category": "bench"}
+            })),
+        )
+    });
+    let in_app =
+        load::run(&d.url, Some(&d.boot.api_key), requests, concurrency, in_app, nothing.clone()).await;
+
+    let accepted_at = Arc::new(Mutex::new(vec![None::<Instant>; requests]));
+    let record = accepted_at.clone();
+    let email: load::MakeRequest = Arc::new(|i| {
+        (
+            Method::POST,
+            "/api/v1/notifications".into(),
+            Some(json!({
+                "channel": "email", "recipient": format!("bench{}@example.com", i % 1000), "subject": format!("bench-{i}"),
+                "body": "A benchmark email"
+            })),
+        )
+    });
+    let email_started = Instant::now();
+    let email = load::run(
+        &d.url,
+        Some(&d.boot.api_key),
+        requests,
+        concurrency,
+        email,
+        Arc::new(move |i, at| {
+            if let Ok(mut v) = record.lock() {
+                v[i] = Some(at);
+            }
+        }),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while received.count() < email.ok && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let delivered_in = email_started.elapsed();
+    let mut end_to_end: Vec<Duration> = {
+        let accepted = accepted_at.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        accepted
+            .iter()
+            .enumerate()
+            .filter_map(|(i, at)| Some(received.at(i)?.saturating_duration_since((*at)?)))
+            .collect()
+    };
+    end_to_end.sort();
+
+    let engine = match backend {
+        Backend::Sqlite => "SQLite",
+        Backend::Postgres => "PostgreSQL",
+    };
+    println!(
+        "\n{engine}, {requests} requests per row, concurrency {concurrency}{}\n",
+        if pin { ", daemon pinned to core 0" } else { "" }
+    );
+    println!("| path | req/s | of /healthz | p50 ms | p99 ms | errors |");
+    println!("|---|---|---|---|---|---|");
+    println!("{}", row("GET /healthz (floor)", &floor, None));
+    println!("{}", row("POST in_app", &in_app, Some(floor.per_second())));
+    println!("{}", row("POST email (accepted)", &email, Some(floor.per_second())));
+    println!(
+        "\nemail delivered to the SMTP sink: {} of {} in {:.2} s = {:.0}/s; 202 → received p50 {:.1} ms, p99 {:.1} ms",
+        received.count(),
+        email.ok,
+        delivered_in.as_secs_f64(),
+        received.count() as f64 / delivered_in.as_secs_f64(),
+        load::percentile(&end_to_end, 50.0).as_secs_f64() * 1000.0,
+        load::percentile(&end_to_end, 99.0).as_secs_f64() * 1000.0,
+    );
+    let mut child = d.child;
+    let _ = child.kill().await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    match Cli::parse().command {
+        Command::Dispatch { backend, requests, concurrency, daemon, pin } => {
+            dispatch(backend, requests, concurrency, daemon, pin).await
+        }
+    }
+}
