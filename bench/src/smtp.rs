@@ -43,6 +43,7 @@ pub async fn start() -> anyhow::Result<(u16, Received)> {
 }
 
 async fn session(stream: tokio::net::TcpStream, sink: Received) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read).lines();
     write.write_all(b"220 bench ESMTP\r\n").await?;

@@ -5,7 +5,49 @@ use herald_common::{
     ids::{ApplicationId, KeyId, TenantId},
 };
 
+use std::{
+    collections::HashMap,
+    sync::RwLock,
+    time::{Duration, Instant},
+};
+
 use super::{Store, StoreResult, execute, fetch, now_millis};
+
+/// API keys are looked up on every request; a found key is remembered this long. A key revoked
+/// through this daemon's store stops working at once; one revoked by another process (the admin
+/// CLI, another daemon) within this time.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+const KEY_CACHE_MAX: usize = 10_000;
+
+/// Found keys by hash. Unknown hashes are not remembered, so guessing cannot fill it.
+#[derive(Default)]
+pub(super) struct KeyCache(RwLock<HashMap<String, (ApiKeyRecord, Instant)>>);
+
+impl KeyCache {
+    fn get(&self, hash: &str) -> Option<ApiKeyRecord> {
+        let map = self.0.read().ok()?;
+        let (record, at) = map.get(hash)?;
+        (at.elapsed() < KEY_CACHE_TTL).then(|| record.clone())
+    }
+
+    fn put(&self, hash: &str, record: &ApiKeyRecord) {
+        if let Ok(mut map) = self.0.write() {
+            if map.len() >= KEY_CACHE_MAX {
+                map.retain(|_, (_, at)| at.elapsed() < KEY_CACHE_TTL);
+                if map.len() >= KEY_CACHE_MAX {
+                    map.clear();
+                }
+            }
+            map.insert(hash.to_owned(), (record.clone(), Instant::now()));
+        }
+    }
+
+    fn clear(&self) {
+        if let Ok(mut map) = self.0.write() {
+            map.clear();
+        }
+    }
+}
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct TenantRecord {
@@ -175,6 +217,12 @@ impl Store {
 
     /// Revokes a key; `false` if there is no such key or it was already revoked.
     pub async fn revoke_api_key(&self, id: &KeyId) -> StoreResult<bool> {
+        let revoked = self.revoke_api_key_uncached(id).await;
+        self.keys.clear();
+        revoked
+    }
+
+    async fn revoke_api_key_uncached(&self, id: &KeyId) -> StoreResult<bool> {
         let id = id.to_string();
         let updated = self
             .write(move |conn| {
@@ -191,7 +239,19 @@ impl Store {
         Ok(updated == 1)
     }
 
+    /// The key with this hash (served from a short-lived cache when found recently).
     pub async fn find_api_key(&self, secret_hash: &str) -> StoreResult<Option<ApiKeyRecord>> {
+        if let Some(record) = self.keys.get(secret_hash) {
+            return Ok(Some(record));
+        }
+        let found = self.find_api_key_uncached(secret_hash).await?;
+        if let Some(record) = &found {
+            self.keys.put(secret_hash, record);
+        }
+        Ok(found)
+    }
+
+    async fn find_api_key_uncached(&self, secret_hash: &str) -> StoreResult<Option<ApiKeyRecord>> {
         let mut read = self.read().await?;
         Ok(fetch!(
             &mut read.conn(),

@@ -13,7 +13,7 @@ mod notifications;
 mod templates;
 mod writer;
 
-use std::{str::FromStr, time::Duration};
+use std::{str::FromStr, sync::Arc, time::Duration};
 
 use futures_util::future::BoxFuture;
 use sqlx::{
@@ -140,6 +140,7 @@ enum Readers {
 pub struct Store {
     readers: Readers,
     writer: writer::WriterHandle,
+    keys: Arc<credentials::KeyCache>,
 }
 
 impl std::fmt::Debug for Store {
@@ -194,7 +195,7 @@ impl Store {
             .connect_with(options.clone().read_only(true))
             .await?;
         let writer = writer::spawn_sqlite(write_conn);
-        Ok(Store { readers: Readers::Sqlite(pool), writer })
+        Ok(Store { readers: Readers::Sqlite(pool), writer, keys: Arc::default() })
     }
 
     async fn open_postgres(options: PgConnectOptions, max_connections: u32) -> StoreResult<Store> {
@@ -207,7 +208,7 @@ impl Store {
         // Writers take connections from the same pool; leave at least one for readers.
         let writers = (max_connections / 2).clamp(1, 4) as usize;
         let writer = writer::spawn_postgres(pool.clone(), writers);
-        Ok(Store { readers: Readers::Postgres(pool), writer })
+        Ok(Store { readers: Readers::Postgres(pool), writer, keys: Arc::default() })
     }
 
     pub fn engine(&self) -> Engine {

@@ -454,77 +454,73 @@ async fn claim_idempotency_key(
     Ok(decide(existing, &idem.request_hash))
 }
 
-async fn insert_notification(conn: &mut Conn<'_>, n: &NewNotification) -> StoreResult<()> {
-    let status = match n.channel {
-        Channel::InApp => DeliveryStatus::Delivered,
-        _ => DeliveryStatus::Queued,
-    };
-    let attempt_count: i64 = if n.channel == Channel::InApp { 1 } else { 0 };
-    execute!(
-        conn,
-        "INSERT INTO notifications
-             (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
-              html_body, data, template_id, status, attempt_count, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16)",
-        &n.id,
-        &n.tenant_id,
-        &n.application_id,
-        n.channel.as_str(),
-        &n.recipient,
-        &n.recipient_masked,
-        &n.sender,
-        &n.subject,
-        &n.title,
-        &n.body,
-        &n.html_body,
-        &n.data,
-        &n.template_id,
-        status.as_str(),
-        attempt_count,
-        n.created_at
-    )?;
-    if n.channel != Channel::InApp {
-        execute!(
-            conn,
-            "INSERT INTO deliveries (notification_id, state, next_attempt_at) VALUES ($1, 'pending', $2)",
-            &n.id,
-            n.created_at
-        )?;
-        return Ok(());
-    }
-    let seq = scalar!(
-        conn,
-        fetch_one,
-        i64,
-        "INSERT INTO inbox_sequences (application_id, user_id, last_seq) VALUES ($1, $2, 1)
+/// Parameters $1..$16 are the notification; in-app adds $17 (the inbox item id) and $18 (its
+/// title).
+/// A notification and its delivery job, in one round trip (SQLite runs the statements in turn,
+/// binding `$n` by number in each; PostgreSQL runs one statement with a data-modifying CTE).
+const QUEUE_SQLITE: &str = "INSERT INTO notifications
+         (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
+          html_body, data, template_id, status, attempt_count, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16);
+     INSERT INTO deliveries (notification_id, state, next_attempt_at) VALUES ($1, 'pending', $16)";
+
+const QUEUE_POSTGRES: &str = "WITH n AS (INSERT INTO notifications
+         (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
+          html_body, data, template_id, status, attempt_count, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16) RETURNING id)
+     INSERT INTO deliveries (notification_id, state, next_attempt_at) SELECT id, 'pending', $16 FROM n";
+
+/// An in-app notification, its inbox item numbered from the user's sequence, and its one
+/// `delivered` attempt, in one round trip.
+const INBOX_SQLITE: &str = "INSERT INTO notifications
+         (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
+          html_body, data, template_id, status, attempt_count, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16);
+     INSERT INTO inbox_sequences (application_id, user_id, last_seq) VALUES ($3, $5, 1)
+         ON CONFLICT (application_id, user_id) DO UPDATE SET last_seq = inbox_sequences.last_seq + 1;
+     INSERT INTO inbox_items (id, application_id, user_id, seq, notification_id, title, body, data, created_at, updated_at)
+         SELECT $17, $3, $5, last_seq, $1, $18, $10, $12, $16, $16 FROM inbox_sequences
+         WHERE application_id = $3 AND user_id = $5;
+     INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)
+         VALUES ($1, 1, $16, $16, 'delivered', $17)";
+
+const INBOX_POSTGRES: &str = "WITH n AS (INSERT INTO notifications
+         (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
+          html_body, data, template_id, status, attempt_count, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16) RETURNING id),
+     s AS (INSERT INTO inbox_sequences (application_id, user_id, last_seq) VALUES ($3, $5, 1)
          ON CONFLICT (application_id, user_id) DO UPDATE SET last_seq = inbox_sequences.last_seq + 1
-         RETURNING last_seq",
-        &n.application_id,
-        &n.recipient
-    )?;
+         RETURNING last_seq),
+     i AS (INSERT INTO inbox_items (id, application_id, user_id, seq, notification_id, title, body, data, created_at, updated_at)
+         SELECT $17, $3, $5, s.last_seq, n.id, $18, $10, $12, $16, $16 FROM s, n RETURNING id)
+     INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)
+         SELECT n.id, 1, $16, $16, 'delivered', i.id FROM n, i";
+
+async fn insert_notification(conn: &mut Conn<'_>, n: &NewNotification) -> StoreResult<()> {
+    let in_app = n.channel == Channel::InApp;
+    let status = if in_app { DeliveryStatus::Delivered } else { DeliveryStatus::Queued };
+    let attempt_count: i64 = if in_app { 1 } else { 0 };
+    let sql = match (conn.engine(), in_app) {
+        (Engine::Sqlite, true) => INBOX_SQLITE,
+        (Engine::Postgres, true) => INBOX_POSTGRES,
+        (Engine::Sqlite, false) => QUEUE_SQLITE,
+        (Engine::Postgres, false) => QUEUE_POSTGRES,
+    };
     let inbox_id = herald_common::ids::InAppId::new().to_string();
-    execute!(
-        conn,
-        "INSERT INTO inbox_items
-             (id, application_id, user_id, seq, notification_id, title, body, data, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
-        &inbox_id,
-        &n.application_id,
-        &n.recipient,
-        seq,
-        &n.id,
-        n.title.as_deref().or(n.subject.as_deref()).unwrap_or_default(),
-        &n.body,
-        &n.data,
-        n.created_at
-    )?;
-    execute!(
-        conn,
-        "INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)
-         VALUES ($1, 1, $2, $2, 'delivered', $3)",
-        &n.id,
-        n.created_at,
-        &inbox_id
-    )?;
+    let title = n.title.as_deref().or(n.subject.as_deref()).unwrap_or_default();
+    macro_rules! insert {
+        ($($extra:expr),*) => {
+            execute!(
+                conn, sql, &n.id, &n.tenant_id, &n.application_id, n.channel.as_str(), &n.recipient,
+                &n.recipient_masked, &n.sender, &n.subject, &n.title, &n.body, &n.html_body, &n.data,
+                &n.template_id, status.as_str(), attempt_count, n.created_at $(, $extra)*
+            )
+        };
+    }
+    if in_app {
+        insert!(&inbox_id, title)?;
+    } else {
+        insert!()?;
+    }
     Ok(())
 }

@@ -104,26 +104,29 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
     }
     let mut results = Vec::with_capacity(batch.len());
     let mut broken: Option<String> = None;
+    let mut open_savepoint = false;
     for job in batch {
         if let Some(message) = &broken {
             let _ = job.reply.send(Err(StoreError::Database(sqlx::Error::Protocol(message.clone()))));
             continue;
         }
-        if let Err(e) = super::execute!(conn, "SAVEPOINT op") {
+        // Releasing the previous operation's savepoint and opening this one's is one round trip
+        // to the database; the last savepoint is released by COMMIT.
+        let opened = if open_savepoint {
+            raw(conn, "RELEASE SAVEPOINT op; SAVEPOINT op").await
+        } else {
+            raw(conn, "SAVEPOINT op").await
+        };
+        if let Err(e) = opened {
             broken = Some(e.to_string());
             let _ = job.reply.send(Err(e.into()));
             continue;
         }
+        open_savepoint = true;
         let outcome = (job.op)(conn).await;
-        let cleanup = if outcome.is_ok() {
-            super::execute!(conn, "RELEASE SAVEPOINT op")
-        } else {
-            match super::execute!(conn, "ROLLBACK TO SAVEPOINT op") {
-                Ok(_) => super::execute!(conn, "RELEASE SAVEPOINT op"),
-                Err(e) => Err(e),
-            }
-        };
-        if let Err(e) = cleanup {
+        if outcome.is_err()
+            && let Err(e) = raw(conn, "ROLLBACK TO SAVEPOINT op").await
+        {
             broken = Some(e.to_string());
         }
         results.push((job.reply, outcome));
@@ -143,6 +146,14 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
             }
         };
         let _ = reply.send(answer);
+    }
+}
+
+/// Runs statements without parameters, several in one round trip.
+async fn raw(conn: &mut Conn<'_>, sql: &'static str) -> Result<(), sqlx::Error> {
+    match conn {
+        Conn::Sqlite(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(|_| ()),
+        Conn::Postgres(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(|_| ()),
     }
 }
 
