@@ -155,3 +155,26 @@ pub async fn dev_credentials(state: &AppState) -> anyhow::Result<DevCredentials>
     let user_token = user::mint(&state.secret, &app, &user_id, expires)?;
     Ok(DevCredentials { bootstrap, operator_token, user_id, user_token })
 }
+
+/// Sets the messages that carry OTP codes for an application (`{code}` and `{minutes}` are
+/// replaced; `None` restores the default).
+pub async fn set_otp_messages(
+    store: &Store,
+    application_id: &ApplicationId,
+    messages: crate::store::OtpMessages,
+) -> anyhow::Result<serde_json::Value> {
+    for (name, text) in [("email body", &messages.otp_email_body), ("SMS body", &messages.otp_sms_body)] {
+        if text.as_deref().is_some_and(|t| !t.contains("{code}")) {
+            bail!("the OTP {name} must contain {{code}}");
+        }
+    }
+    if !store.set_otp_messages(application_id.as_str(), messages.clone()).await? {
+        bail!("there is no application {application_id}");
+    }
+    Ok(serde_json::json!({
+        "application_id": application_id,
+        "otp_email_subject": messages.otp_email_subject,
+        "otp_email_body": messages.otp_email_body,
+        "otp_sms_body": messages.otp_sms_body,
+    }))
+}

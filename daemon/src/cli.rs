@@ -99,6 +99,18 @@ enum AppCommand {
         #[arg(long)]
         name: String,
     },
+    /// Set the messages that carry OTP codes (`{code}`, `{minutes}`); an option left out restores
+    /// its default.
+    OtpMessages {
+        #[arg(long)]
+        application: ApplicationId,
+        #[arg(long)]
+        email_subject: Option<String>,
+        #[arg(long)]
+        email_body: Option<String>,
+        #[arg(long)]
+        sms_body: Option<String>,
+    },
     /// Show the application's signing secret for end-user tokens; `--rotate` replaces it.
     Secret {
         #[arg(long)]
@@ -271,6 +283,16 @@ async fn admin_command(args: AdminArgs, config: Config) -> anyhow::Result<()> {
             AdminCommand::App { command: AppCommand::Create { tenant, name } } => {
                 let secret = ServerSecret::load(config.secret.as_ref(), &config.data_dir)?;
                 print_out(json, &admin::create_application(&store, &secret, &tenant, &name).await?)
+            }
+            AdminCommand::App {
+                command: AppCommand::OtpMessages { application, email_subject, email_body, sms_body },
+            } => {
+                let messages = crate::store::OtpMessages {
+                    otp_email_subject: email_subject,
+                    otp_email_body: email_body,
+                    otp_sms_body: sms_body,
+                };
+                print_out(json, &admin::set_otp_messages(&store, &application, messages).await?)
             }
             AdminCommand::App { command: AppCommand::Secret { application, rotate } } => {
                 let secret = ServerSecret::load(config.secret.as_ref(), &config.data_dir)?;

@@ -84,6 +84,18 @@ impl ApiError {
         error
     }
 
+    /// Adds `attempts_remaining` (wrong OTP codes).
+    pub fn with_attempts_remaining(mut self, remaining: u32) -> Self {
+        self.0.problem.attempts_remaining = Some(remaining);
+        self
+    }
+
+    /// 429 `rate_limited` with `Retry-After` in whole seconds.
+    pub fn rate_limited(detail: impl Into<String>, retry_after_ms: i64) -> Self {
+        let seconds = (retry_after_ms.max(1) + 999) / 1000;
+        Self::new(ErrorCode::RateLimited, detail).with_header(header::RETRY_AFTER, &seconds.to_string())
+    }
+
     pub fn not_found(what: &str) -> Self {
         Self::new(ErrorCode::NotFound, format!("No such {what}."))
     }

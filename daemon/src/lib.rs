@@ -6,6 +6,7 @@ pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod delivery;
 pub mod error;
@@ -88,6 +89,7 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
         providers,
         retry_policy,
         delivery_wake: Arc::new(tokio::sync::Notify::new()),
+        clock: Arc::new(clock::Clock::default()),
         openapi: Arc::new(OnceLock::new()),
     })
 }

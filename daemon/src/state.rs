@@ -24,6 +24,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     pub providers: Arc<Providers>,
     pub retry_policy: RetryPolicy,
+    /// The time as service logic sees it (tests move it).
+    pub clock: Arc<crate::clock::Clock>,
     /// Wakes the delivery workers when a dispatch commits.
     pub delivery_wake: Arc<tokio::sync::Notify>,
     /// The OpenAPI document, rendered once when the router is built.

@@ -6,5 +6,6 @@ mod dispatch;
 mod errors;
 mod openapi;
 mod ops;
+mod otp;
 mod process;
 mod store;

@@ -4,6 +4,7 @@ pub mod admin;
 pub mod applications;
 pub mod health;
 pub mod notifications;
+pub mod otp;
 pub mod templates;
 pub mod users;
 pub mod whoami;

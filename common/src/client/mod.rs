@@ -4,6 +4,7 @@
 mod applications;
 mod health;
 mod notifications;
+mod otp;
 mod users;
 
 use reqwest::{Method, RequestBuilder, StatusCode};

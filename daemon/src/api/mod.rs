@@ -7,6 +7,7 @@ pub mod extract;
 mod health;
 mod identity;
 mod notifications;
+mod otp;
 mod templates;
 mod users;
 
@@ -46,6 +47,7 @@ use crate::{error::ApiError, state::AppState};
         (name = "users", description = "End-user tokens"),
         (name = "notifications", description = "Dispatch over email, SMS, WhatsApp and in-app"),
         (name = "templates", description = "Stored templates for dispatch"),
+        (name = "otp", description = "One-time passwords"),
     )
 )]
 struct ApiDoc;
@@ -77,6 +79,7 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
         .merge(identity::router())
         .merge(users::router())
         .merge(notifications::router())
+        .merge(otp::router())
         .merge(templates::router());
     if dev { router.merge(dev::router()) } else { router }
 }

@@ -1,6 +1,7 @@
 //! Domain logic shared by the API handlers and the background tasks.
 
 pub mod notifications;
+pub mod otp;
 pub mod templates;
 pub mod validate;
 
@@ -10,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::state::AppState;
 
-/// Periodic upkeep: expired idempotency keys are deleted every ten minutes.
+/// Periodic upkeep, every ten minutes: expired idempotency keys and OTP failure records older
+/// than the longest limit window are deleted.
 pub async fn housekeeping(state: AppState, shutdown: CancellationToken) {
     let mut every = tokio::time::interval(Duration::from_secs(600));
     loop {
@@ -22,6 +24,10 @@ pub async fn housekeeping(state: AppState, shutdown: CancellationToken) {
             Ok(0) => {}
             Ok(n) => tracing::debug!(keys = n, "deleted expired idempotency keys"),
             Err(e) => tracing::warn!(error = %e, "cannot delete expired idempotency keys"),
+        }
+        let before = state.clock.now_millis() - otp::FAILURE_RETENTION.as_millis() as i64;
+        if let Err(e) = state.store.delete_old_otp_failures(before).await {
+            tracing::warn!(error = %e, "cannot delete old OTP failure records");
         }
     }
 }

@@ -76,7 +76,10 @@ pub async fn dispatch(
 ) -> ApiResult<Dispatched> {
     let app = key.application_id.as_str();
     if let Some(idem) = &idempotency {
-        let earlier = state.store.check_idempotency_key(app, &idem.key, &idem.request_hash).await?;
+        let earlier = state
+            .store
+            .check_idempotency_key(app, &idem.key, &idem.request_hash, state.clock.now_millis())
+            .await?;
         if earlier != DispatchResult::Created {
             return answer_for_key(earlier);
         }

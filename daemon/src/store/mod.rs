@@ -9,7 +9,9 @@
 //! has several. Reads use a separate pool.
 
 mod credentials;
+mod idempotency;
 mod notifications;
+mod otp;
 mod templates;
 mod writer;
 
@@ -28,6 +30,7 @@ pub use notifications::{
     AttemptRecord, AttemptResult, ClaimedDelivery, DispatchResult, IdempotentResponse, NewNotification,
     NotificationRecord,
 };
+pub use otp::{Limit, NewOtp, OtpMessages, OtpSendStart, VerifyOutcome};
 pub use templates::TemplateRecord;
 
 use crate::config::{Config, DatabaseUrl};

@@ -55,14 +55,6 @@ pub enum DispatchResult {
     InFlight,
 }
 
-#[derive(sqlx::FromRow)]
-struct IdempotencyRow {
-    request_hash: String,
-    status_code: Option<i64>,
-    response_body: Option<String>,
-    expires_at: i64,
-}
-
 /// A claimed delivery, with what the provider needs.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ClaimedDelivery {
@@ -152,11 +144,14 @@ impl Store {
         self.write(move |conn| {
             Box::pin(async move {
                 if let Some(idem) = &idempotency {
-                    let result = claim_idempotency_key(
+                    let result = super::idempotency::claim(
                         conn,
                         &notification.application_id,
-                        idem,
+                        &idem.key,
+                        &idem.request_hash,
+                        Some((idem.status_code, idem.body.as_str())),
                         notification.created_at,
+                        idem.ttl_ms,
                     )
                     .await?;
                     if result != DispatchResult::Created {
@@ -361,97 +356,6 @@ impl Store {
         )?;
         Ok(Some((record, attempts)))
     }
-}
-
-impl Store {
-    /// What an idempotency key means for a request with `request_hash`, before any work is done:
-    /// `Created` if the key is unused (or expired).
-    pub async fn check_idempotency_key(
-        &self,
-        application_id: &str,
-        key: &str,
-        request_hash: &str,
-    ) -> StoreResult<DispatchResult> {
-        let mut read = self.read().await?;
-        let existing = fetch!(
-            &mut read.conn(),
-            fetch_optional,
-            IdempotencyRow,
-            "SELECT request_hash, status_code, response_body, expires_at FROM idempotency_keys
-             WHERE application_id = $1 AND idempotency_key = $2",
-            application_id,
-            key
-        )?;
-        Ok(match existing {
-            Some(row) if row.expires_at > super::now_millis() => decide(row, request_hash),
-            _ => DispatchResult::Created,
-        })
-    }
-}
-
-/// What an existing, unexpired key means for a request with `request_hash`.
-fn decide(existing: IdempotencyRow, request_hash: &str) -> DispatchResult {
-    if existing.request_hash != request_hash {
-        return DispatchResult::KeyReused;
-    }
-    match (existing.status_code, existing.response_body) {
-        (Some(code), Some(body)) => {
-            DispatchResult::Replay { status_code: u16::try_from(code).unwrap_or(500), body }
-        }
-        _ => DispatchResult::InFlight,
-    }
-}
-
-/// Writes the idempotency record, or reports why the key cannot be used for this request.
-async fn claim_idempotency_key(
-    conn: &mut Conn<'_>,
-    application_id: &str,
-    idem: &IdempotentResponse,
-    now: i64,
-) -> StoreResult<DispatchResult> {
-    let inserted = execute!(
-        conn,
-        "INSERT INTO idempotency_keys
-             (application_id, idempotency_key, request_hash, status_code, response_body, created_at, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (application_id, idempotency_key) DO NOTHING",
-        application_id,
-        &idem.key,
-        &idem.request_hash,
-        i64::from(idem.status_code),
-        &idem.body,
-        now,
-        now + idem.ttl_ms
-    )?;
-    if inserted == 1 {
-        return Ok(DispatchResult::Created);
-    }
-    let existing = fetch!(
-        conn,
-        fetch_one,
-        IdempotencyRow,
-        "SELECT request_hash, status_code, response_body, expires_at FROM idempotency_keys
-         WHERE application_id = $1 AND idempotency_key = $2",
-        application_id,
-        &idem.key
-    )?;
-    if existing.expires_at <= now {
-        // An expired key is free again.
-        execute!(
-            conn,
-            "UPDATE idempotency_keys SET request_hash = $3, status_code = $4, response_body = $5, created_at = $6,
-                 expires_at = $7 WHERE application_id = $1 AND idempotency_key = $2",
-            application_id,
-            &idem.key,
-            &idem.request_hash,
-            i64::from(idem.status_code),
-            &idem.body,
-            now,
-            now + idem.ttl_ms
-        )?;
-        return Ok(DispatchResult::Created);
-    }
-    Ok(decide(existing, &idem.request_hash))
 }
 
 /// Parameters $1..$16 are the notification; in-app adds $17 (the inbox item id) and $18 (its

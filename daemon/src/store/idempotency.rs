@@ -1,0 +1,149 @@
+//! Idempotency keys, per application (Stripe's model): the first request's response is stored
+//! under the key with a fingerprint of the request; a repeat with the same fingerprint gets that
+//! response, one with another fingerprint is refused. While the first request is still running
+//! (OTP sends, which call a provider inside the request) the key is "in flight": the response is
+//! not stored yet. An in-flight key older than [`ABANDONED_AFTER_MS`] (its daemon died) may be
+//! taken over.
+
+use super::{Conn, DispatchResult, Store, StoreResult, execute, fetch};
+
+/// An in-flight key this old belongs to a request that will never finish.
+pub const ABANDONED_AFTER_MS: i64 = 60_000;
+
+#[derive(sqlx::FromRow)]
+struct IdempotencyRow {
+    request_hash: String,
+    status_code: Option<i64>,
+    response_body: Option<String>,
+    created_at: i64,
+    expires_at: i64,
+}
+
+/// What an existing, unexpired key means for a request with `request_hash`.
+fn decide(existing: IdempotencyRow, request_hash: &str) -> DispatchResult {
+    if existing.request_hash != request_hash {
+        return DispatchResult::KeyReused;
+    }
+    match (existing.status_code, existing.response_body) {
+        (Some(code), Some(body)) => {
+            DispatchResult::Replay { status_code: u16::try_from(code).unwrap_or(500), body }
+        }
+        _ => DispatchResult::InFlight,
+    }
+}
+
+impl Store {
+    /// What an idempotency key means for a request with `request_hash`, before any work is done:
+    /// `Created` if the key is unused (or expired, or abandoned).
+    pub async fn check_idempotency_key(
+        &self,
+        application_id: &str,
+        key: &str,
+        request_hash: &str,
+        now: i64,
+    ) -> StoreResult<DispatchResult> {
+        let mut read = self.read().await?;
+        let existing = fetch!(
+            &mut read.conn(),
+            fetch_optional,
+            IdempotencyRow,
+            "SELECT request_hash, status_code, response_body, created_at, expires_at FROM idempotency_keys
+             WHERE application_id = $1 AND idempotency_key = $2",
+            application_id,
+            key
+        )?;
+        Ok(match existing {
+            Some(row) if usable(&row, now) => decide(row, request_hash),
+            _ => DispatchResult::Created,
+        })
+    }
+
+    /// Stores the response of a request whose key was claimed in flight.
+    pub async fn complete_idempotency_key(
+        &self,
+        application_id: &str,
+        key: &str,
+        status_code: u16,
+        body: String,
+    ) -> StoreResult<()> {
+        let (app, key) = (application_id.to_owned(), key.to_owned());
+        self.write(move |conn| {
+            Box::pin(async move {
+                execute!(
+                    conn,
+                    "UPDATE idempotency_keys SET status_code = $3, response_body = $4
+                     WHERE application_id = $1 AND idempotency_key = $2",
+                    &app,
+                    &key,
+                    i64::from(status_code),
+                    &body
+                )?;
+                Ok(())
+            })
+        })
+        .await
+    }
+}
+
+/// Whether an existing row still holds the key (not expired, not abandoned in flight).
+fn usable(row: &IdempotencyRow, now: i64) -> bool {
+    row.expires_at > now && (row.status_code.is_some() || now - row.created_at < ABANDONED_AFTER_MS)
+}
+
+/// Claims `key` inside the caller's transaction: with `response`, stores it at once; without,
+/// marks the key in flight. Returns `Created` when the key is now this request's, or what the
+/// earlier request's key means for this one.
+pub(super) async fn claim(
+    conn: &mut Conn<'_>,
+    application_id: &str,
+    key: &str,
+    request_hash: &str,
+    response: Option<(u16, &str)>,
+    now: i64,
+    ttl_ms: i64,
+) -> StoreResult<DispatchResult> {
+    let status = response.map(|(code, _)| i64::from(code));
+    let body = response.map(|(_, body)| body);
+    let inserted = execute!(
+        conn,
+        "INSERT INTO idempotency_keys
+             (application_id, idempotency_key, request_hash, status_code, response_body, created_at, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (application_id, idempotency_key) DO NOTHING",
+        application_id,
+        key,
+        request_hash,
+        status,
+        body,
+        now,
+        now + ttl_ms
+    )?;
+    if inserted == 1 {
+        return Ok(DispatchResult::Created);
+    }
+    let existing = fetch!(
+        conn,
+        fetch_one,
+        IdempotencyRow,
+        "SELECT request_hash, status_code, response_body, created_at, expires_at FROM idempotency_keys
+         WHERE application_id = $1 AND idempotency_key = $2",
+        application_id,
+        key
+    )?;
+    if usable(&existing, now) {
+        return Ok(decide(existing, request_hash));
+    }
+    execute!(
+        conn,
+        "UPDATE idempotency_keys SET request_hash = $3, status_code = $4, response_body = $5, created_at = $6,
+             expires_at = $7 WHERE application_id = $1 AND idempotency_key = $2",
+        application_id,
+        key,
+        request_hash,
+        status,
+        body,
+        now,
+        now + ttl_ms
+    )?;
+    Ok(DispatchResult::Created)
+}

@@ -1,0 +1,319 @@
+//! OTP transactions. Sends and verifications for one recipient are serialised by locking that
+//! recipient's row (`otp_recipients`), so the per-recipient limits hold with any number of
+//! daemons; a verification locks its transaction row (`FOR UPDATE` on PostgreSQL; SQLite's single
+//! writer already serialises), so concurrent wrong guesses are counted one by one.
+
+use super::{Conn, DispatchResult, Engine, Store, StoreResult, execute, fetch};
+
+#[derive(Clone, Debug)]
+pub struct NewOtp {
+    pub id: String,
+    pub tenant_id: String,
+    pub application_id: String,
+    pub channel: String,
+    pub recipient_key: String,
+    pub recipient_masked: String,
+    pub salt: String,
+    pub code_hash: String,
+    pub expires_at: i64,
+    pub created_at: i64,
+}
+
+/// A sliding-window limit: at most `max` events per `window_ms`.
+#[derive(Clone, Copy, Debug)]
+pub struct Limit {
+    pub max: i64,
+    pub window_ms: i64,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum OtpSendStart {
+    /// Recorded as `sending`; the key (if any) is in flight.
+    Started,
+    RateLimited {
+        retry_after_ms: i64,
+    },
+    /// The idempotency key belongs to an earlier request.
+    Idempotent(DispatchResult),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum VerifyOutcome {
+    NotFound,
+    Verified {
+        verified_at: i64,
+    },
+    AlreadyVerified,
+    Expired,
+    /// The code could not be delivered, so there is nothing to verify.
+    NotDelivered,
+    Tombstoned,
+    /// Wrong code; this many attempts are left.
+    Invalid {
+        remaining: i64,
+    },
+    /// Wrong code, and that was the last allowed attempt.
+    TombstonedNow,
+    RateLimited {
+        retry_after_ms: i64,
+    },
+}
+
+#[derive(sqlx::FromRow)]
+struct OtpRow {
+    recipient_key: String,
+    salt: String,
+    code_hash: String,
+    status: String,
+    failed_attempts: i64,
+    expires_at: i64,
+}
+
+/// The OTP messages an application configured (`None`: the default).
+#[derive(Clone, Debug, Default, sqlx::FromRow)]
+pub struct OtpMessages {
+    pub otp_email_subject: Option<String>,
+    pub otp_email_body: Option<String>,
+    pub otp_sms_body: Option<String>,
+}
+
+pub const MAX_FAILED_ATTEMPTS: i64 = 5;
+
+/// Locks the recipient's row for the rest of the transaction.
+async fn lock_recipient(conn: &mut Conn<'_>, application_id: &str, recipient_key: &str) -> StoreResult<()> {
+    execute!(
+        conn,
+        "INSERT INTO otp_recipients (application_id, recipient_key) VALUES ($1, $2)
+         ON CONFLICT (application_id, recipient_key) DO UPDATE SET recipient_key = excluded.recipient_key",
+        application_id,
+        recipient_key
+    )?;
+    Ok(())
+}
+
+/// How long until the window has room again, or `None` if it has room now.
+async fn over_limit(
+    conn: &mut Conn<'_>,
+    sql_count_since: &'static str,
+    application_id: &str,
+    recipient_key: &str,
+    limit: Limit,
+    now: i64,
+) -> StoreResult<Option<i64>> {
+    let since = now - limit.window_ms;
+    let (count, oldest): (i64, Option<i64>) =
+        fetch!(conn, fetch_one, (i64, Option<i64>), sql_count_since, application_id, recipient_key, since)?;
+    if count < limit.max {
+        return Ok(None);
+    }
+    Ok(Some((oldest.unwrap_or(now) + limit.window_ms - now).max(1)))
+}
+
+const SENDS_SINCE: &str = "SELECT COUNT(*), MIN(created_at) FROM otp_transactions
+     WHERE application_id = $1 AND recipient_key = $2 AND created_at > $3";
+const FAILURES_SINCE: &str = "SELECT COUNT(*), MIN(at) FROM otp_failures
+     WHERE application_id = $1 AND recipient_key = $2 AND at > $3";
+
+impl Store {
+    /// Checks the send limit, claims the idempotency key (in flight) and records the transaction
+    /// as `sending`, in one transaction.
+    pub async fn begin_otp_send(
+        &self,
+        otp: NewOtp,
+        idempotency: Option<(String, String, i64)>,
+        limit: Limit,
+    ) -> StoreResult<OtpSendStart> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                let now = otp.created_at;
+                lock_recipient(conn, &otp.application_id, &otp.recipient_key).await?;
+                if let Some(retry_after_ms) =
+                    over_limit(conn, SENDS_SINCE, &otp.application_id, &otp.recipient_key, limit, now).await?
+                {
+                    return Ok(OtpSendStart::RateLimited { retry_after_ms });
+                }
+                if let Some((key, hash, ttl_ms)) = &idempotency {
+                    let claimed =
+                        super::idempotency::claim(conn, &otp.application_id, key, hash, None, now, *ttl_ms).await?;
+                    if claimed != DispatchResult::Created {
+                        return Ok(OtpSendStart::Idempotent(claimed));
+                    }
+                }
+                execute!(
+                    conn,
+                    "INSERT INTO otp_transactions
+                         (id, tenant_id, application_id, channel, recipient_key, recipient_masked, salt, code_hash,
+                          status, expires_at, created_at, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'sending', $9, $10, $10)",
+                    &otp.id,
+                    &otp.tenant_id,
+                    &otp.application_id,
+                    &otp.channel,
+                    &otp.recipient_key,
+                    &otp.recipient_masked,
+                    &otp.salt,
+                    &otp.code_hash,
+                    otp.expires_at,
+                    otp.created_at
+                )?;
+                Ok(OtpSendStart::Started)
+            })
+        })
+        .await
+    }
+
+    /// Records the provider's answer: `sent`, or `failed` with the reason.
+    pub async fn finish_otp_send(&self, id: &str, failure: Option<String>, now: i64) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.write(move |conn| {
+            Box::pin(async move {
+                let status = if failure.is_some() { "failed" } else { "sent" };
+                execute!(
+                    conn,
+                    "UPDATE otp_transactions SET status = $2, failure_reason = $3, updated_at = $4 WHERE id = $1",
+                    &id,
+                    status,
+                    &failure,
+                    now
+                )?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// Verifies `code` against transaction `id` of `application_id`, atomically: the state
+    /// checks, the comparison (`matches(salt, code_hash)`), and the attempt counting happen in one
+    /// transaction with the row locked.
+    pub async fn verify_otp<F>(
+        &self,
+        id: &str,
+        application_id: &str,
+        now: i64,
+        failure_limit: Limit,
+        matches: F,
+    ) -> StoreResult<VerifyOutcome>
+    where
+        F: FnOnce(&str, &str) -> bool + Send + 'static,
+    {
+        let (id, app) = (id.to_owned(), application_id.to_owned());
+        self.write(move |conn| {
+            Box::pin(async move {
+                let sql = match conn.engine() {
+                    Engine::Sqlite => {
+                        "SELECT recipient_key, salt, code_hash, status, failed_attempts, expires_at
+                         FROM otp_transactions WHERE id = $1 AND application_id = $2"
+                    }
+                    Engine::Postgres => {
+                        "SELECT recipient_key, salt, code_hash, status, failed_attempts, expires_at
+                         FROM otp_transactions WHERE id = $1 AND application_id = $2 FOR UPDATE"
+                    }
+                };
+                let Some(row) = fetch!(conn, fetch_optional, OtpRow, sql, &id, &app)? else {
+                    return Ok(VerifyOutcome::NotFound);
+                };
+                match row.status.as_str() {
+                    "verified" => return Ok(VerifyOutcome::AlreadyVerified),
+                    "tombstoned" => return Ok(VerifyOutcome::Tombstoned),
+                    "expired" => return Ok(VerifyOutcome::Expired),
+                    "sending" | "failed" => return Ok(VerifyOutcome::NotDelivered),
+                    _ => {}
+                }
+                if now >= row.expires_at {
+                    set_status(conn, &id, "expired", now).await?;
+                    return Ok(VerifyOutcome::Expired);
+                }
+                lock_recipient(conn, &app, &row.recipient_key).await?;
+                if let Some(retry_after_ms) =
+                    over_limit(conn, FAILURES_SINCE, &app, &row.recipient_key, failure_limit, now).await?
+                {
+                    return Ok(VerifyOutcome::RateLimited { retry_after_ms });
+                }
+                if matches(&row.salt, &row.code_hash) {
+                    execute!(
+                        conn,
+                        "UPDATE otp_transactions SET status = 'verified', verified_at = $2, updated_at = $2 WHERE id = $1",
+                        &id,
+                        now
+                    )?;
+                    return Ok(VerifyOutcome::Verified { verified_at: now });
+                }
+                let failed = row.failed_attempts + 1;
+                let status = if failed >= MAX_FAILED_ATTEMPTS { "tombstoned" } else { "sent" };
+                execute!(
+                    conn,
+                    "UPDATE otp_transactions SET failed_attempts = $2, status = $3, updated_at = $4 WHERE id = $1",
+                    &id,
+                    failed,
+                    status,
+                    now
+                )?;
+                execute!(
+                    conn,
+                    "INSERT INTO otp_failures (application_id, recipient_key, at) VALUES ($1, $2, $3)",
+                    &app,
+                    &row.recipient_key,
+                    now
+                )?;
+                Ok(if failed >= MAX_FAILED_ATTEMPTS {
+                    VerifyOutcome::TombstonedNow
+                } else {
+                    VerifyOutcome::Invalid { remaining: MAX_FAILED_ATTEMPTS - failed }
+                })
+            })
+        })
+        .await
+    }
+
+    pub async fn otp_messages(&self, application_id: &str) -> StoreResult<OtpMessages> {
+        let mut read = self.read().await?;
+        Ok(fetch!(
+            &mut read.conn(),
+            fetch_optional,
+            OtpMessages,
+            "SELECT otp_email_subject, otp_email_body, otp_sms_body FROM applications WHERE id = $1",
+            application_id
+        )?
+        .unwrap_or_default())
+    }
+
+    /// Sets an application's OTP messages; `false` if there is no such application.
+    pub async fn set_otp_messages(&self, application_id: &str, messages: OtpMessages) -> StoreResult<bool> {
+        let app = application_id.to_owned();
+        let updated = self
+            .write(move |conn| {
+                Box::pin(async move {
+                    Ok(execute!(
+                        conn,
+                        "UPDATE applications SET otp_email_subject = $2, otp_email_body = $3, otp_sms_body = $4
+                         WHERE id = $1",
+                        &app,
+                        &messages.otp_email_subject,
+                        &messages.otp_email_body,
+                        &messages.otp_sms_body
+                    )?)
+                })
+            })
+            .await?;
+        Ok(updated == 1)
+    }
+
+    /// Deletes failure records older than the longest window (housekeeping).
+    pub async fn delete_old_otp_failures(&self, before: i64) -> StoreResult<u64> {
+        self.write(move |conn| {
+            Box::pin(async move { Ok(execute!(conn, "DELETE FROM otp_failures WHERE at <= $1", before)?) })
+        })
+        .await
+    }
+}
+
+async fn set_status(conn: &mut Conn<'_>, id: &str, status: &str, now: i64) -> StoreResult<()> {
+    execute!(
+        conn,
+        "UPDATE otp_transactions SET status = $2, updated_at = $3 WHERE id = $1",
+        id,
+        status,
+        now
+    )?;
+    Ok(())
+}
