@@ -40,6 +40,19 @@ enum BackendArg {
 
 #[derive(Subcommand)]
 enum Command {
+    /// OTP send (log SMS provider) + verify pairs per second.
+    Otp {
+        #[arg(long, value_enum, default_value = "sqlite")]
+        backend: BackendArg,
+        #[arg(long, default_value_t = 10_000)]
+        pairs: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        #[arg(long, default_value = "target/release/heraldd")]
+        daemon: PathBuf,
+        #[arg(long)]
+        pin: bool,
+    },
     /// Accepted dispatches per second (in_app and email) next to /healthz, and email delivered
     /// per second to an SMTP sink with the latency from 202 to receipt.
     Dispatch {
@@ -126,6 +139,119 @@ fn row(name: &str, report: &load::Report, floor: Option<f64>) -> String {
     )
 }
 
+fn backend_of(backend: BackendArg) -> anyhow::Result<Backend> {
+    let backend = match backend {
+        BackendArg::Sqlite => Backend::Sqlite,
+        BackendArg::Postgres => Backend::Postgres,
+    };
+    if !backend.available() {
+        bail!("set HERALD_TEST_DATABASE_URL to benchmark PostgreSQL");
+    }
+    Ok(backend)
+}
+
+fn engine_name(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => "SQLite",
+        Backend::Postgres => "PostgreSQL",
+    }
+}
+
+/// Send + verify pairs: each worker sends a code of its own choosing (`otp:custom_code`) to a
+/// number of its own (the send limit is per recipient) and verifies it.
+async fn otp(
+    backend: BackendArg,
+    pairs: usize,
+    concurrency: usize,
+    daemon: PathBuf,
+    pin: bool,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let backend = backend_of(backend)?;
+    let database_url = backend.fresh_database_url(dir.path()).await;
+    let (smtp_port, _) = smtp::start().await?;
+    let d = start_daemon(&daemon, dir.path(), &database_url, smtp_port, pin).await?;
+    let nothing: Arc<dyn Fn(usize, Instant) + Send + Sync> = Arc::new(|_, _| {});
+    let health: load::MakeRequest = Arc::new(|_| (Method::GET, "/healthz".into(), None));
+    let floor = load::run(&d.url, None, pairs * 2, concurrency, health, nothing.clone()).await;
+    let client = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build()?;
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (client, next, url, key) = (client.clone(), next.clone(), d.url.clone(), d.boot.api_key.clone());
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut errors = 0usize;
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= pairs {
+                    break;
+                }
+                let code = format!("bench-{i}");
+                let began = Instant::now();
+                let sent = client
+                    .post(format!("{url}/api/v1/otp/send"))
+                    .bearer_auth(&key)
+                    .json(&json!({"channel": "sms", "recipient": format!("+1415{:07}", i), "code": code}))
+                    .send()
+                    .await;
+                let transaction = match sent {
+                    Ok(r) if r.status().is_success() => r
+                        .json::<serde_json::Value>()
+                        .await
+                        .ok()
+                        .and_then(|v| v["transaction_id"].as_str().map(str::to_owned)),
+                    _ => None,
+                };
+                let Some(transaction) = transaction else {
+                    errors += 1;
+                    continue;
+                };
+                let verified = client
+                    .post(format!("{url}/api/v1/otp/verify"))
+                    .bearer_auth(&key)
+                    .json(&json!({"transaction_id": transaction, "code": code}))
+                    .send()
+                    .await;
+                match verified {
+                    Ok(r) if r.status().is_success() => latencies.push(began.elapsed()),
+                    _ => errors += 1,
+                }
+            }
+            (latencies, errors)
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for worker in workers {
+        let (l, e) = worker.await?;
+        latencies.extend(l);
+        errors += e;
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    println!("\n{}, {pairs} OTP send + verify pairs, concurrency {concurrency}\n", engine_name(backend));
+    println!("| path | per second | p50 ms | p99 ms | errors |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| GET /healthz (floor) | {:.0} | {:.2} | {:.2} | {} |",
+        floor.per_second(),
+        floor.percentile(50.0).as_secs_f64() * 1000.0,
+        floor.percentile(99.0).as_secs_f64() * 1000.0,
+        floor.errors
+    );
+    println!(
+        "| send + verify pair | {:.0} | {:.2} | {:.2} | {errors} |",
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        load::percentile(&latencies, 50.0).as_secs_f64() * 1000.0,
+        load::percentile(&latencies, 99.0).as_secs_f64() * 1000.0,
+    );
+    let mut child = d.child;
+    let _ = child.kill().await;
+    Ok(())
+}
+
 async fn dispatch(
     backend: BackendArg,
     requests: usize,
@@ -134,13 +260,7 @@ async fn dispatch(
     pin: bool,
 ) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let backend = match backend {
-        BackendArg::Sqlite => Backend::Sqlite,
-        BackendArg::Postgres => Backend::Postgres,
-    };
-    if !backend.available() {
-        bail!("set HERALD_TEST_DATABASE_URL to benchmark PostgreSQL");
-    }
+    let backend = backend_of(backend)?;
     let database_url = backend.fresh_database_url(dir.path()).await;
     let (smtp_port, received) = smtp::start().await?;
     let d = start_daemon(&daemon, dir.path(), &database_url, smtp_port, pin).await?;
@@ -215,10 +335,7 @@ async fn dispatch(
     };
     end_to_end.sort();
 
-    let engine = match backend {
-        Backend::Sqlite => "SQLite",
-        Backend::Postgres => "PostgreSQL",
-    };
+    let engine = engine_name(backend);
     println!(
         "\n{engine}, {requests} requests per row, concurrency {concurrency}{}\n",
         if pin { ", daemon pinned to core 0" } else { "" }
@@ -248,6 +365,9 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Dispatch { backend, requests, concurrency, daemon, pin } => {
             dispatch(backend, requests, concurrency, daemon, pin).await
+        }
+        Command::Otp { backend, pairs, concurrency, daemon, pin } => {
+            otp(backend, pairs, concurrency, daemon, pin).await
         }
     }
 }
