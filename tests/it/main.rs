@@ -1,5 +1,6 @@
 //! Herald's integration tests: one binary, the real daemon on loopback.
 
+mod activity;
 mod auth;
 mod crash;
 mod dispatch;

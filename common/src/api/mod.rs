@@ -1,5 +1,6 @@
 //! Request and response types, one module per resource.
 
+pub mod activity;
 pub mod admin;
 pub mod applications;
 pub mod health;

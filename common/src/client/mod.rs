@@ -1,6 +1,8 @@
 //! A typed HTTP client for Herald's API, shared by the CLI, the TUI and the tests. One file per
 //! resource adds its methods to [`Client`].
 
+mod activity;
+pub use activity::ActivityQuery;
 mod applications;
 mod health;
 mod notifications;

@@ -62,6 +62,33 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     }
 }
 
+/// Our own query-string extractor: unknown or malformed parameters are a 422 naming the
+/// parameter, like body fields.
+pub struct AppQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for AppQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or_default();
+        let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(deserializer).map(AppQuery).map_err(|error| {
+            let path = error.path().to_string();
+            let message = error.inner().to_string();
+            let named = ["unknown field `", "missing field `"]
+                .iter()
+                .find_map(|prefix| message.strip_prefix(prefix))
+                .and_then(|rest| rest.split('`').next());
+            let field = match named {
+                Some(name) => name.to_owned(),
+                None if path == "." => "query".to_owned(),
+                None => path,
+            };
+            ApiError::field(field, message)
+        })
+    }
+}
+
 /// Parses `bytes` as `T`, classifying failures as CONTRACT §2 says.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);

@@ -2,6 +2,7 @@
 //! document. Routes are only ever added through `utoipa_axum::routes!`, which registers the
 //! handler and its OpenAPI operation together, so the document cannot miss a route.
 
+mod activity;
 mod dev;
 pub mod extract;
 mod health;
@@ -48,6 +49,7 @@ use crate::{error::ApiError, state::AppState};
         (name = "notifications", description = "Dispatch over email, SMS, WhatsApp and in-app"),
         (name = "templates", description = "Stored templates for dispatch"),
         (name = "otp", description = "One-time passwords"),
+        (name = "activity", description = "The masked delivery timeline, and retries"),
     )
 )]
 struct ApiDoc;
@@ -80,6 +82,7 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
         .merge(users::router())
         .merge(notifications::router())
         .merge(otp::router())
+        .merge(activity::router())
         .merge(templates::router());
     if dev { router.merge(dev::router()) } else { router }
 }

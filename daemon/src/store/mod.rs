@@ -8,6 +8,7 @@
 //! only after the commit. SQLite has one such writer (it has one write lock anyway); PostgreSQL
 //! has several. Reads use a separate pool.
 
+mod activity;
 mod credentials;
 mod idempotency;
 mod notifications;
@@ -25,6 +26,7 @@ use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
 
+pub use activity::{ActivityFilter, ActivityRow, RetryResult};
 pub use credentials::{ApiKeyRecord, ApplicationRecord, TenantRecord};
 pub use notifications::{
     AttemptRecord, AttemptResult, ClaimedDelivery, DispatchResult, IdempotentResponse, NewNotification,

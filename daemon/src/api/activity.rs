@@ -1,0 +1,308 @@
+//! The activity feed: the masked delivery timeline of the caller's tenant, and retries.
+
+use axum::{
+    Json,
+    extract::{Path, State},
+    http::StatusCode,
+};
+use herald_common::{
+    ErrorCode, FieldError, Problem, Timestamp,
+    api::{
+        activity::{ActivityDetail, ActivityItem, ActivityList, BulkRetryIn, BulkRetryOut, RetryQueued},
+        notifications::{AttemptOut, Channel},
+    },
+    ids::{ApplicationId, NotificationId, OtpId},
+};
+use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::extract::{AppJson, AppQuery};
+use crate::{
+    auth::{TenantAuth, scopes},
+    error::{ApiError, ApiResult},
+    state::AppState,
+    store::{ActivityFilter, ActivityRow, RetryResult},
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_activity))
+        .routes(routes!(retry_matching))
+        .routes(routes!(get_activity_item))
+        .routes(routes!(retry_item))
+}
+
+const PROBLEM: &str = "application/problem+json";
+pub const MAX_LIMIT: u32 = 100;
+/// Most notifications one bulk retry queues.
+pub const BULK_RETRY_MAX: i64 = 1_000;
+
+/// Every status the feed shows.
+pub const STATUSES: [&str; 8] =
+    ["queued", "sending", "sent", "delivered", "failed", "verified", "expired", "tombstoned"];
+
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ActivityParams {
+    /// `email`, `sms`, `whatsapp` or `in_app`.
+    channel: Option<String>,
+    /// One of queued, sending, sent, delivered, failed, verified, expired, tombstoned.
+    status: Option<String>,
+    application_id: Option<String>,
+    /// Created at or after (ISO 8601).
+    from: Option<String>,
+    /// Created before (ISO 8601).
+    to: Option<String>,
+    /// From 1 (default 1).
+    page: Option<String>,
+    /// 1 to 100 (default 20).
+    limit: Option<String>,
+}
+
+fn number(
+    field: &str,
+    value: Option<&str>,
+    default: u32,
+    range: std::ops::RangeInclusive<u32>,
+) -> Result<u32, FieldError> {
+    match value {
+        None => Ok(default),
+        Some(text) => match text.parse::<u32>() {
+            Ok(n) if range.contains(&n) => Ok(n),
+            _ => Err(FieldError::new(
+                field,
+                format!("must be a whole number from {} to {}", range.start(), range.end()),
+            )),
+        },
+    }
+}
+
+fn time(field: &str, value: Option<&str>) -> Result<Option<i64>, FieldError> {
+    value
+        .map(|text| Timestamp::parse(text).map(Timestamp::millis))
+        .transpose()
+        .map_err(|_| FieldError::new(field, "must be an ISO 8601 time such as 2026-11-22T10:15:30Z"))
+}
+
+fn item(row: ActivityRow) -> ApiResult<ActivityItem> {
+    let corrupt =
+        || ApiError::internal(anyhow::anyhow!("stored activity row {} is invalid", row.transaction_id));
+    Ok(ActivityItem {
+        application_id: ApplicationId::parse(&row.application_id).map_err(|_| corrupt())?,
+        channel: Channel::parse(&row.channel).ok_or_else(corrupt)?,
+        failure_reason: row.failure_reason.filter(|_| row.status == "failed"),
+        retryable: row.retryable && row.status == "failed",
+        retry_count: u32::try_from(row.retry_count).unwrap_or(0),
+        created_at: Timestamp::from_millis(row.created_at),
+        application_name: row.application_name,
+        recipient_masked: row.recipient_masked,
+        status: row.status,
+        transaction_id: row.transaction_id,
+    })
+}
+
+/// The masked timeline of every notification and OTP transaction of the caller's tenant, newest
+/// first.
+#[utoipa::path(get, path = "/api/v1/activity", tag = "activity", params(ActivityParams),
+    security(("operator" = []), ("api_key" = [])),
+    responses(
+        (status = 200, description = "One page", body = ActivityList),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = PROBLEM),
+        (status = 403, description = "The credential lacks activity:read", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "A query parameter is invalid", body = Problem, content_type = PROBLEM),
+    ))]
+async fn list_activity(
+    State(state): State<AppState>,
+    TenantAuth(principal, _): TenantAuth<scopes::ActivityRead>,
+    AppQuery(params): AppQuery<ActivityParams>,
+) -> ApiResult<Json<ActivityList>> {
+    let mut errors = Vec::new();
+    let page = number("page", params.page.as_deref(), 1, 1..=u32::MAX).unwrap_or_else(|e| {
+        errors.push(e);
+        1
+    });
+    let limit = number("limit", params.limit.as_deref(), 20, 1..=MAX_LIMIT).unwrap_or_else(|e| {
+        errors.push(e);
+        20
+    });
+    if let Some(channel) = &params.channel
+        && Channel::parse(channel).is_none()
+    {
+        errors.push(FieldError::new("channel", "must be email, sms, whatsapp or in_app"));
+    }
+    if let Some(status) = &params.status
+        && !STATUSES.contains(&status.as_str())
+    {
+        errors.push(FieldError::new("status", format!("must be one of {}", STATUSES.join(", "))));
+    }
+    let from = time("from", params.from.as_deref()).unwrap_or_else(|e| {
+        errors.push(e);
+        None
+    });
+    let to = time("to", params.to.as_deref()).unwrap_or_else(|e| {
+        errors.push(e);
+        None
+    });
+    if !errors.is_empty() {
+        return Err(ApiError::validation(errors));
+    }
+    let filter = ActivityFilter {
+        tenant_id: principal.tenant_id().to_string(),
+        channel: params.channel,
+        status: params.status,
+        application_id: params.application_id,
+        from,
+        to,
+    };
+    let offset = i64::from(page - 1) * i64::from(limit);
+    let (rows, total_count) =
+        state.store.list_activity(&filter, state.clock.now_millis(), i64::from(limit), offset).await?;
+    Ok(Json(ActivityList {
+        total_count,
+        page,
+        limit,
+        items: rows.into_iter().map(item).collect::<ApiResult<_>>()?,
+    }))
+}
+
+/// One item of the feed with its attempt history.
+#[utoipa::path(get, path = "/api/v1/activity/{transaction_id}", tag = "activity",
+    params(("transaction_id" = String, Path)),
+    security(("operator" = []), ("api_key" = [])),
+    responses(
+        (status = 200, description = "Success", body = ActivityDetail),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = PROBLEM),
+        (status = 403, description = "The credential lacks activity:read", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "No such item in this tenant", body = Problem, content_type = PROBLEM),
+    ))]
+async fn get_activity_item(
+    State(state): State<AppState>,
+    TenantAuth(principal, _): TenantAuth<scopes::ActivityRead>,
+    Path(transaction_id): Path<String>,
+) -> ApiResult<Json<ActivityDetail>> {
+    let not_found = || ApiError::not_found("activity item");
+    if NotificationId::parse(&transaction_id).is_err() && OtpId::parse(&transaction_id).is_err() {
+        return Err(not_found());
+    }
+    let row = state
+        .store
+        .get_activity(principal.tenant_id().as_str(), &transaction_id, state.clock.now_millis())
+        .await?
+        .ok_or_else(not_found)?;
+    let updated_at = Timestamp::from_millis(row.updated_at);
+    let is_otp = transaction_id.starts_with(OtpId::PREFIX);
+    let failed_verifications = is_otp.then(|| u32::try_from(row.failed_attempts).unwrap_or(0));
+    let (attempts, item) = if is_otp {
+        // The OTP's one delivery happened inside its send request.
+        let outcome = if row.status == "failed" { "permanent_failure" } else { "sent" };
+        let attempt = AttemptOut {
+            attempt: 1,
+            started_at: Timestamp::from_millis(row.created_at),
+            finished_at: Timestamp::from_millis(row.created_at),
+            outcome: outcome.to_owned(),
+            provider_message_id: None,
+            error: row.failure_reason.clone(),
+        };
+        (vec![attempt], item(row)?)
+    } else {
+        let attempts = match state.store.get_notification(&transaction_id).await? {
+            Some((_, attempts)) => attempts
+                .into_iter()
+                .map(|a| AttemptOut {
+                    attempt: u32::try_from(a.attempt).unwrap_or(0),
+                    started_at: Timestamp::from_millis(a.started_at),
+                    finished_at: Timestamp::from_millis(a.finished_at),
+                    outcome: a.outcome,
+                    provider_message_id: a.provider_message_id,
+                    error: a.error,
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        (attempts, item(row)?)
+    };
+    Ok(Json(ActivityDetail { item, updated_at, attempts, failed_verifications }))
+}
+
+/// Queues a failed, retryable notification again (`activity:retry`).
+#[utoipa::path(post, path = "/api/v1/activity/{transaction_id}/retry", tag = "activity",
+    params(("transaction_id" = String, Path)),
+    security(("operator" = []), ("api_key" = [])),
+    responses(
+        (status = 202, description = "Queued again", body = RetryQueued),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = PROBLEM),
+        (status = 403, description = "The credential lacks activity:retry", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "No such item in this tenant", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "The item is not failed, or not retryable", body = Problem, content_type = PROBLEM),
+    ))]
+#[tracing::instrument(skip_all, fields(transaction_id = %transaction_id))]
+async fn retry_item(
+    State(state): State<AppState>,
+    TenantAuth(principal, _): TenantAuth<scopes::ActivityRetry>,
+    Path(transaction_id): Path<String>,
+) -> ApiResult<(StatusCode, Json<RetryQueued>)> {
+    let now = state.clock.now_millis();
+    let result = if NotificationId::parse(&transaction_id).is_ok() || OtpId::parse(&transaction_id).is_ok() {
+        state.store.retry_notification(principal.tenant_id().as_str(), &transaction_id, now).await?
+    } else {
+        RetryResult::NotFound
+    };
+    match result {
+        RetryResult::Queued => {
+            state.delivery_wake.notify_one();
+            tracing::info!("queued again by an operator");
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(RetryQueued {
+                    status: "retry_queued".to_owned(),
+                    transaction_id,
+                    queued_at: Timestamp::from_millis(now),
+                }),
+            ))
+        }
+        RetryResult::NotRetryable => Err(ApiError::new(
+            ErrorCode::NotRetryable,
+            "Only failed, retryable notifications can be retried (OTP codes never: ask for a new one).",
+        )),
+        RetryResult::NotFound => Err(ApiError::not_found("activity item")),
+    }
+}
+
+/// Queues again every failed, retryable notification matching the filter, at most 1,000 per call
+/// (`activity:retry`).
+#[utoipa::path(post, path = "/api/v1/activity/retry", tag = "activity", request_body = BulkRetryIn,
+    security(("operator" = []), ("api_key" = [])),
+    responses(
+        (status = 202, description = "Queued again", body = BulkRetryOut),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = PROBLEM),
+        (status = 403, description = "The credential lacks activity:retry", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "A field is invalid", body = Problem, content_type = PROBLEM),
+    ))]
+async fn retry_matching(
+    State(state): State<AppState>,
+    TenantAuth(principal, _): TenantAuth<scopes::ActivityRetry>,
+    AppJson(filter): AppJson<BulkRetryIn>,
+) -> ApiResult<(StatusCode, Json<BulkRetryOut>)> {
+    let now = state.clock.now_millis();
+    let filter = ActivityFilter {
+        tenant_id: principal.tenant_id().to_string(),
+        channel: filter.channel.map(|c| c.as_str().to_owned()),
+        status: None,
+        application_id: filter.application_id,
+        from: filter.from.map(Timestamp::millis),
+        to: filter.to.map(Timestamp::millis),
+    };
+    let count = state.store.retry_matching(filter, now, BULK_RETRY_MAX).await?;
+    if count > 0 {
+        state.delivery_wake.notify_one();
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(BulkRetryOut {
+            status: "retry_queued".to_owned(),
+            count,
+            queued_at: Timestamp::from_millis(now),
+        }),
+    ))
+}

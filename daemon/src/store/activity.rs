@@ -1,0 +1,327 @@
+//! The activity feed: notifications and OTP transactions of a tenant, newest first.
+//!
+//! Both tables are read directly (no second copy to keep in step). Each half of the union is
+//! ordered and cut to `offset + limit` rows on its own index before the two are merged, so a page
+//! costs an index range scan per table, and the exact count is a count over the same ranges. An
+//! OTP whose time ran out is shown as `expired` without anyone having to write that down.
+//!
+//! Filters are assembled from fixed SQL fragments with numbered parameters; no caller input is
+//! ever part of the SQL text.
+
+use super::{Conn, Store, StoreResult, execute, scalar};
+
+/// What to list. `status` is one of the feed's statuses (checked by the caller).
+#[derive(Clone, Debug, Default)]
+pub struct ActivityFilter {
+    pub tenant_id: String,
+    pub channel: Option<String>,
+    pub status: Option<String>,
+    pub application_id: Option<String>,
+    pub from: Option<i64>,
+    pub to: Option<i64>,
+}
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct ActivityRow {
+    pub transaction_id: String,
+    pub application_id: String,
+    pub application_name: String,
+    pub channel: String,
+    pub recipient_masked: String,
+    pub status: String,
+    pub failure_reason: Option<String>,
+    pub retryable: bool,
+    pub retry_count: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub failed_attempts: i64,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum RetryResult {
+    Queued,
+    NotRetryable,
+    NotFound,
+}
+
+enum Arg {
+    Text(String),
+    Int(i64),
+}
+
+/// SQL text with its numbered arguments.
+#[derive(Default)]
+struct Sql {
+    args: Vec<Arg>,
+}
+
+impl Sql {
+    fn text(&mut self, value: &str) -> String {
+        self.args.push(Arg::Text(value.to_owned()));
+        format!("${}", self.args.len())
+    }
+
+    fn int(&mut self, value: i64) -> String {
+        self.args.push(Arg::Int(value));
+        format!("${}", self.args.len())
+    }
+}
+
+/// Status as the feed shows it.
+const NOTIFICATION_STATUS: &str = "n.status";
+fn otp_status(now: &str) -> String {
+    format!(
+        "CASE WHEN o.status IN ('sent', 'sending') AND o.expires_at <= {now} THEN 'expired' \
+         WHEN o.status = 'sending' THEN 'sent' ELSE o.status END"
+    )
+}
+
+/// The WHERE clauses of each half, for a filter.
+fn conditions(filter: &ActivityFilter, sql: &mut Sql, now: &str) -> (String, String) {
+    let tenant = sql.text(&filter.tenant_id);
+    let mut n = format!("n.tenant_id = {tenant}");
+    let mut o = format!("o.tenant_id = {tenant}");
+    if let Some(channel) = &filter.channel {
+        let p = sql.text(channel);
+        n.push_str(&format!(" AND n.channel = {p}"));
+        o.push_str(&format!(" AND o.channel = {p}"));
+    }
+    if let Some(application) = &filter.application_id {
+        let p = sql.text(application);
+        n.push_str(&format!(" AND n.application_id = {p}"));
+        o.push_str(&format!(" AND o.application_id = {p}"));
+    }
+    if let Some(from) = filter.from {
+        let p = sql.int(from);
+        n.push_str(&format!(" AND n.created_at >= {p}"));
+        o.push_str(&format!(" AND o.created_at >= {p}"));
+    }
+    if let Some(to) = filter.to {
+        let p = sql.int(to);
+        n.push_str(&format!(" AND n.created_at < {p}"));
+        o.push_str(&format!(" AND o.created_at < {p}"));
+    }
+    if let Some(status) = &filter.status {
+        let p = sql.text(status);
+        n.push_str(&format!(" AND n.status = {p}"));
+        // The OTP half matches stored and derived statuses.
+        match status.as_str() {
+            "sent" => o.push_str(&format!(" AND o.status IN ('sent', 'sending') AND o.expires_at > {now}")),
+            "expired" => o.push_str(&format!(
+                " AND (o.status = 'expired' OR (o.status IN ('sent', 'sending') AND o.expires_at <= {now}))"
+            )),
+            "verified" | "tombstoned" | "failed" => o.push_str(&format!(" AND o.status = {p}")),
+            _ => o.push_str(" AND 1 = 0"),
+        }
+    }
+    (n, o)
+}
+
+macro_rules! bound {
+    ($query:expr, $args:expr) => {{
+        let mut query = $query;
+        for arg in $args {
+            query = match arg {
+                Arg::Text(s) => query.bind(s),
+                Arg::Int(i) => query.bind(i),
+            };
+        }
+        query
+    }};
+}
+
+impl Store {
+    /// One page of the feed and the number of items the filter matches.
+    pub async fn list_activity(
+        &self,
+        filter: &ActivityFilter,
+        now: i64,
+        limit: i64,
+        offset: i64,
+    ) -> StoreResult<(Vec<ActivityRow>, u64)> {
+        let mut page = Sql::default();
+        let now_p = page.int(now);
+        let (n_where, o_where) = conditions(filter, &mut page, &now_p);
+        let window = page.int(limit + offset);
+        let limit_p = page.int(limit);
+        let offset_p = page.int(offset);
+        let otp_status = otp_status(&now_p);
+        let page_sql = format!(
+            "SELECT x.transaction_id, x.application_id, a.name AS application_name, x.channel, x.recipient_masked,
+                    x.status, x.failure_reason, x.retryable, x.retry_count, x.created_at, x.updated_at,
+                    x.failed_attempts
+             FROM (
+                 SELECT * FROM (
+                     SELECT n.id AS transaction_id, n.application_id, n.channel, n.recipient_masked,
+                            {NOTIFICATION_STATUS} AS status, n.failure_reason, n.retryable, n.retry_count,
+                            n.created_at, n.updated_at, CAST(0 AS BIGINT) AS failed_attempts
+                     FROM notifications n WHERE {n_where}
+                     ORDER BY n.created_at DESC, n.id DESC LIMIT {window}) notification_page
+                 UNION ALL
+                 SELECT * FROM (
+                     SELECT o.id AS transaction_id, o.application_id, o.channel, o.recipient_masked,
+                            {otp_status} AS status, o.failure_reason, FALSE AS retryable,
+                            CAST(0 AS BIGINT) AS retry_count, o.created_at, o.updated_at, o.failed_attempts
+                     FROM otp_transactions o WHERE {o_where}
+                     ORDER BY o.created_at DESC, o.id DESC LIMIT {window}) otp_page
+                 ORDER BY created_at DESC, transaction_id DESC LIMIT {limit_p} OFFSET {offset_p}
+             ) x JOIN applications a ON a.id = x.application_id
+             ORDER BY x.created_at DESC, x.transaction_id DESC"
+        );
+        let mut count = Sql::default();
+        let now_c = count.int(now);
+        let (n_where, o_where) = conditions(filter, &mut count, &now_c);
+        let count_sql = format!(
+            "SELECT (SELECT COUNT(*) FROM notifications n WHERE {n_where})
+                  + (SELECT COUNT(*) FROM otp_transactions o WHERE {o_where})"
+        );
+        let mut read = self.read().await?;
+        let (rows, total) = match &mut read.conn() {
+            Conn::Sqlite(c) => {
+                let rows = bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(page_sql)), page.args)
+                    .fetch_all(&mut **c)
+                    .await?;
+                let total = bound!(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(count_sql)), count.args)
+                    .fetch_one(&mut **c)
+                    .await?;
+                (rows, total)
+            }
+            Conn::Postgres(c) => {
+                let rows = bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(page_sql)), page.args)
+                    .fetch_all(&mut **c)
+                    .await?;
+                let total = bound!(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(count_sql)), count.args)
+                    .fetch_one(&mut **c)
+                    .await?;
+                (rows, total)
+            }
+        };
+        Ok((rows, u64::try_from(total).unwrap_or(0)))
+    }
+
+    /// One item of a tenant's feed.
+    pub async fn get_activity(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        now: i64,
+    ) -> StoreResult<Option<ActivityRow>> {
+        let filter = ActivityFilter { tenant_id: tenant_id.to_owned(), ..Default::default() };
+        let mut sql = Sql::default();
+        let now_p = sql.int(now);
+        let (n_where, o_where) = conditions(&filter, &mut sql, &now_p);
+        let id_p = sql.text(id);
+        let otp_status = otp_status(&now_p);
+        let text = format!(
+            "SELECT x.transaction_id, x.application_id, a.name AS application_name, x.channel, x.recipient_masked,
+                    x.status, x.failure_reason, x.retryable, x.retry_count, x.created_at, x.updated_at,
+                    x.failed_attempts
+             FROM (
+                 SELECT n.id AS transaction_id, n.application_id, n.channel, n.recipient_masked,
+                        {NOTIFICATION_STATUS} AS status, n.failure_reason, n.retryable, n.retry_count, n.created_at,
+                        n.updated_at, CAST(0 AS BIGINT) AS failed_attempts
+                 FROM notifications n WHERE {n_where} AND n.id = {id_p}
+                 UNION ALL
+                 SELECT o.id, o.application_id, o.channel, o.recipient_masked, {otp_status}, o.failure_reason,
+                        FALSE, CAST(0 AS BIGINT), o.created_at, o.updated_at, o.failed_attempts
+                 FROM otp_transactions o WHERE {o_where} AND o.id = {id_p}
+             ) x JOIN applications a ON a.id = x.application_id"
+        );
+        let mut read = self.read().await?;
+        Ok(match &mut read.conn() {
+            Conn::Sqlite(c) => {
+                bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(text)), sql.args)
+                    .fetch_optional(&mut **c)
+                    .await?
+            }
+            Conn::Postgres(c) => {
+                bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(text)), sql.args)
+                    .fetch_optional(&mut **c)
+                    .await?
+            }
+        })
+    }
+
+    /// Queues a failed, retryable notification again. Exactly one of any number of concurrent
+    /// retries of one item succeeds (the conditional update is the arbiter).
+    pub async fn retry_notification(&self, tenant_id: &str, id: &str, now: i64) -> StoreResult<RetryResult> {
+        let (tenant, id) = (tenant_id.to_owned(), id.to_owned());
+        self.write(move |conn| {
+            Box::pin(async move {
+                if requeue(conn, &tenant, &id, now).await? {
+                    return Ok(RetryResult::Queued);
+                }
+                let known = scalar!(
+                    conn,
+                    fetch_one,
+                    i64,
+                    "SELECT (SELECT COUNT(*) FROM notifications WHERE id = $1 AND tenant_id = $2)
+                          + (SELECT COUNT(*) FROM otp_transactions WHERE id = $1 AND tenant_id = $2)",
+                    &id,
+                    &tenant
+                )?;
+                Ok(if known > 0 { RetryResult::NotRetryable } else { RetryResult::NotFound })
+            })
+        })
+        .await
+    }
+
+    /// Queues again up to `max` failed, retryable notifications matching `filter` (oldest first).
+    pub async fn retry_matching(&self, filter: ActivityFilter, now: i64, max: i64) -> StoreResult<u64> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                let mut sql = Sql::default();
+                let now_p = sql.int(now);
+                let (n_where, _) = conditions(&filter, &mut sql, &now_p);
+                let max_p = sql.int(max);
+                let text = format!(
+                    "SELECT n.id FROM notifications n WHERE {n_where} AND n.status = 'failed' AND n.retryable
+                     ORDER BY n.created_at LIMIT {max_p}"
+                );
+                let ids: Vec<String> = match conn {
+                    Conn::Sqlite(c) => {
+                        bound!(sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(text)), sql.args)
+                            .fetch_all(&mut **c)
+                            .await?
+                    }
+                    Conn::Postgres(c) => {
+                        bound!(sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(text)), sql.args)
+                            .fetch_all(&mut **c)
+                            .await?
+                    }
+                };
+                let mut queued = 0;
+                for id in ids {
+                    if requeue(conn, &filter.tenant_id, &id, now).await? {
+                        queued += 1;
+                    }
+                }
+                Ok(queued)
+            })
+        })
+        .await
+    }
+}
+
+/// Sets a failed, retryable notification back to `queued` with a new delivery job.
+async fn requeue(conn: &mut Conn<'_>, tenant: &str, id: &str, now: i64) -> StoreResult<bool> {
+    let updated = execute!(
+        conn,
+        "UPDATE notifications SET status = 'queued', retry_count = retry_count + 1, retryable = FALSE,
+             failure_reason = NULL, updated_at = $3
+         WHERE id = $1 AND tenant_id = $2 AND status = 'failed' AND retryable",
+        id,
+        tenant,
+        now
+    )?;
+    if updated == 0 {
+        return Ok(false);
+    }
+    execute!(
+        conn,
+        "INSERT INTO deliveries (notification_id, state, cycle_attempt, next_attempt_at) VALUES ($1, 'pending', 0, $2)",
+        id,
+        now
+    )?;
+    Ok(true)
+}
