@@ -55,7 +55,7 @@ async fn send_notification(
             let key =
                 value.to_str().map_err(|_| ApiError::field("Idempotency-Key", "must be visible ASCII"))?;
             let body: serde_json::Value = parse_json(&bytes)?;
-            Some(Idempotency::new(key, &body)?)
+            Some(Idempotency::new(&state.secret, key, &body)?)
         }
         None => None,
     };

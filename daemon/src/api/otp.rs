@@ -55,7 +55,7 @@ async fn send_otp(
         Some(value) => {
             let key =
                 value.to_str().map_err(|_| ApiError::field("Idempotency-Key", "must be printable ASCII"))?;
-            Some(Idempotency::new(key, &parse_json::<serde_json::Value>(&bytes)?)?)
+            Some(Idempotency::new(&state.secret, key, &parse_json::<serde_json::Value>(&bytes)?)?)
         }
         None => None,
     };

@@ -31,7 +31,7 @@ impl SendError {
     /// shown in the API and the logs, where raw recipients never appear.
     pub fn redact(self, recipient: &str, masked: &str) -> SendError {
         let scrub = |reason: String| {
-            let mut reason = reason.replace(recipient, masked);
+            let mut reason = replace_ignoring_ascii_case(&reason, recipient, masked);
             if let Some(digits) = recipient.strip_prefix('+') {
                 reason = reason.replace(digits, masked.trim_start_matches('+'));
             }
@@ -44,6 +44,25 @@ impl SendError {
             SendError::Permanent { reason } => SendError::Permanent { reason: scrub(reason) },
         }
     }
+}
+
+/// `text` with every occurrence of `needle` (compared ignoring ASCII case: providers may quote
+/// an address in another case) replaced by `with`.
+fn replace_ignoring_ascii_case(text: &str, needle: &str, with: &str) -> String {
+    if needle.is_empty() {
+        return text.to_owned();
+    }
+    let (haystack, needle_lower) = (text.to_ascii_lowercase(), needle.to_ascii_lowercase());
+    let mut out = String::with_capacity(text.len());
+    let mut rest = 0;
+    // ASCII lower-casing keeps byte offsets, so positions found in the copy apply to `text`.
+    while let Some(found) = haystack[rest..].find(&needle_lower) {
+        out.push_str(&text[rest..rest + found]);
+        out.push_str(with);
+        rest += found + needle.len();
+    }
+    out.push_str(&text[rest..]);
+    out
 }
 
 enum Sms {
@@ -124,4 +143,26 @@ fn logged(job: &ClaimedDelivery) -> Sent {
         "log provider: message not sent (configure a real provider to send)"
     );
     Sent { provider_message_id: Some(format!("log-{}", job.id)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recipients_are_masked_in_any_case() {
+        let error = SendError::Permanent { reason: "550 <ANN@Example.com>: unknown; ann@example.com".into() };
+        let SendError::Permanent { reason } = error.redact("ann@example.com", "a*n@example.com") else {
+            panic!()
+        };
+        assert_eq!(reason, "550 <a*n@example.com>: unknown; a*n@example.com");
+        let error = SendError::Transient {
+            reason: "The 'To' number 14155550100 is invalid".into(),
+            retry_after: None,
+        };
+        let SendError::Transient { reason, .. } = error.redact("+14155550100", "+14*******00") else {
+            panic!()
+        };
+        assert_eq!(reason, "The 'To' number 14*******00 is invalid");
+    }
 }

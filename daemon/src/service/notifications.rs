@@ -13,12 +13,12 @@ use herald_common::{
     mask::mask,
 };
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use super::{templates, validate};
 use crate::{
     auth::KeyPrincipal,
     error::{ApiError, ApiResult},
+    secret::ServerSecret,
     state::AppState,
     store::{DispatchResult, IdempotentResponse, NewNotification},
 };
@@ -33,14 +33,16 @@ pub struct Idempotency {
 }
 
 impl Idempotency {
-    /// Checks the header (1 to 255 visible ASCII characters) and fingerprints the body: the
-    /// SHA-256 of its canonical JSON, so whitespace and key order do not matter.
-    pub fn new(key: &str, body: &Value) -> ApiResult<Self> {
+    /// Checks the header (1 to 255 printable ASCII characters) and fingerprints the body: an
+    /// HMAC (keyed with the server secret, so a stored fingerprint cannot be tested against
+    /// guessed recipients or codes) of its canonical JSON, so whitespace and key order do not
+    /// matter.
+    pub fn new(secret: &ServerSecret, key: &str, body: &Value) -> ApiResult<Self> {
         if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
             return Err(ApiError::field("Idempotency-Key", "must be 1 to 255 printable ASCII characters"));
         }
         let canonical = serde_json::to_vec(&canonical(body)).unwrap_or_default();
-        let digest = Sha256::digest(&canonical);
+        let digest = secret.mac("herald.idempotency.v1", &[&canonical]);
         Ok(Self { key: key.to_owned(), request_hash: digest.iter().map(|b| format!("{b:02x}")).collect() })
     }
 }

@@ -41,8 +41,8 @@ const DEFAULT_TTL: u32 = 300;
 const TTL_RANGE: std::ops::RangeInclusive<u32> = 30..=600;
 
 pub const DEFAULT_EMAIL_SUBJECT: &str = "Your verification code";
-pub const DEFAULT_EMAIL_BODY: &str = "Your verification code is {code}. It expires in {minutes} minutes.";
-pub const DEFAULT_SMS_BODY: &str = "Your verification code is {code}. It expires in {minutes} min.";
+pub const DEFAULT_EMAIL_BODY: &str = "Your verification code is {code}. It expires in {expires}.";
+pub const DEFAULT_SMS_BODY: &str = "Your verification code is {code}. It expires in {expires}.";
 
 /// The stored form of a code.
 pub fn code_hash(secret: &ServerSecret, salt: &str, code: &str) -> [u8; 32] {
@@ -159,12 +159,42 @@ pub async fn send(
         OtpSendStart::Idempotent(earlier) => return answer_for_key(earlier),
     }
 
-    let messages = state.store.otp_messages(app).await?;
-    let message = compose(input.channel, &messages, &code, ttl);
+    // From here on the code is sent and the outcome recorded in a task of its own: if the
+    // caller hangs up mid-request, the transaction and its idempotency key still end up
+    // recorded as sent or failed (never stuck in flight).
+    let task = tokio::spawn(deliver_code(
+        state.clone(),
+        app.to_owned(),
+        id,
+        input.channel,
+        recipient,
+        masked,
+        code,
+        ttl,
+        idempotency,
+    ));
+    task.await.map_err(ApiError::internal)?
+}
+
+/// Sends the code through the channel's provider and records the outcome.
+#[allow(clippy::too_many_arguments)]
+async fn deliver_code(
+    state: AppState,
+    app: String,
+    id: OtpId,
+    channel: Channel,
+    recipient: String,
+    masked: String,
+    code: String,
+    ttl: u32,
+    idempotency: Option<Idempotency>,
+) -> ApiResult<OtpSent> {
+    let messages = state.store.otp_messages(&app).await?;
+    let message = compose(channel, &messages, &code, ttl);
     let outgoing = ClaimedDelivery {
         id: id.to_string(),
-        application_id: app.to_owned(),
-        channel: input.channel.as_str().to_owned(),
+        application_id: app.clone(),
+        channel: channel.as_str().to_owned(),
         recipient,
         recipient_masked: masked.clone(),
         sender: None,
@@ -179,13 +209,13 @@ pub async fn send(
     let (status_code, body, result) = match delivered {
         Ok(_) => {
             state.store.finish_otp_send(id.as_str(), None, state.clock.now_millis()).await?;
-            tracing::info!(transaction_id = %id, channel = %input.channel, recipient = %masked, "OTP sent");
+            tracing::info!(transaction_id = %id, %channel, recipient = %masked, "OTP sent");
             metrics::counter!("herald_otp_total", "event" => "sent").increment(1);
             let out = OtpSendOut {
                 status: "sent".to_owned(),
                 transaction_id: id,
                 recipient: masked,
-                channel: input.channel,
+                channel,
                 expires_in_seconds: ttl,
             };
             (200, serde_json::to_string(&out).map_err(ApiError::internal)?, Ok(OtpSent::Sent(out)))
@@ -195,7 +225,7 @@ pub async fn send(
                 SendError::Transient { reason, .. } | SendError::Permanent { reason } => reason,
             };
             state.store.finish_otp_send(id.as_str(), Some(reason.clone()), state.clock.now_millis()).await?;
-            tracing::warn!(transaction_id = %id, channel = %input.channel, recipient = %masked, error = %reason, "OTP delivery failed");
+            tracing::warn!(transaction_id = %id, %channel, recipient = %masked, error = %reason, "OTP delivery failed");
             metrics::counter!("herald_otp_total", "event" => "failed").increment(1);
             let error = ApiError::new(
                 ErrorCode::DeliveryFailed,
@@ -207,7 +237,7 @@ pub async fn send(
         }
     };
     if let Some(idem) = &idempotency {
-        state.store.complete_idempotency_key(app, &idem.key, status_code, body).await?;
+        state.store.complete_idempotency_key(&app, &idem.key, status_code, body).await?;
     }
     result
 }
@@ -219,7 +249,14 @@ fn key_scope(key: &KeyPrincipal, scope: herald_common::Scope) -> ApiResult<()> {
 /// The subject (email) and body of the message carrying `code`.
 fn compose(channel: Channel, messages: &OtpMessages, code: &str, ttl: u32) -> (Option<String>, String) {
     let minutes = ttl.div_ceil(60).to_string();
-    let fill = |text: &str| text.replace("{code}", code).replace("{minutes}", &minutes);
+    let expires = match ttl {
+        s if s % 60 != 0 && s < 120 => format!("{s} seconds"),
+        60 => "1 minute".to_owned(),
+        s => format!("{} minutes", s.div_ceil(60)),
+    };
+    let fill = |text: &str| {
+        text.replace("{code}", code).replace("{minutes}", &minutes).replace("{expires}", &expires)
+    };
     match channel {
         Channel::Email => (
             Some(fill(messages.otp_email_subject.as_deref().unwrap_or(DEFAULT_EMAIL_SUBJECT))),
@@ -340,6 +377,8 @@ mod tests {
         let (subject, body) = compose(Channel::Email, &OtpMessages::default(), "123456", 300);
         assert_eq!(subject.as_deref(), Some(DEFAULT_EMAIL_SUBJECT));
         assert_eq!(body, "Your verification code is 123456. It expires in 5 minutes.");
+        assert!(compose(Channel::Sms, &OtpMessages::default(), "1", 60).1.ends_with("in 1 minute."));
+        assert!(compose(Channel::Sms, &OtpMessages::default(), "1", 45).1.ends_with("in 45 seconds."));
         let custom =
             OtpMessages { otp_sms_body: Some("{code} is your Acme code".into()), ..Default::default() };
         assert_eq!(compose(Channel::Sms, &custom, "9876", 61).1, "9876 is your Acme code");

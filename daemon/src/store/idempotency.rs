@@ -7,8 +7,9 @@
 
 use super::{Conn, DispatchResult, Store, StoreResult, execute, fetch};
 
-/// An in-flight key this old belongs to a request that will never finish.
-pub const ABANDONED_AFTER_MS: i64 = 60_000;
+/// An in-flight key this old belongs to a request that will never finish (longer than the
+/// slowest provider call: connect, TLS and send each time out after 30 s).
+pub const ABANDONED_AFTER_MS: i64 = 5 * 60_000;
 
 #[derive(sqlx::FromRow)]
 struct IdempotencyRow {
