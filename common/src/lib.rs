@@ -9,6 +9,7 @@ pub mod ids;
 pub mod mask;
 pub mod profile;
 pub mod scope;
+pub mod stream;
 pub mod timestamp;
 
 pub use error::{ErrorCode, FieldError, Problem};

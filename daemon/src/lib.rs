@@ -14,6 +14,7 @@ pub mod secret;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod stream;
 pub mod telemetry;
 
 use std::{
@@ -90,6 +91,8 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
         retry_policy,
         delivery_wake: Arc::new(tokio::sync::Notify::new()),
         clock: Arc::new(clock::Clock::default()),
+        hub: Arc::new(stream::Hub::default()),
+        shutdown: CancellationToken::new(),
         openapi: Arc::new(OnceLock::new()),
     })
 }
@@ -104,6 +107,14 @@ pub async fn serve(
     let background = CancellationToken::new();
     let workers = tokio::spawn(delivery::run_workers(state.clone(), background.clone()));
     let housekeeping = tokio::spawn(service::housekeeping(state.clone(), background.clone()));
+    let listener_task = tokio::spawn(stream::listener::run(state.clone(), background.clone()));
+    // Streams end when the daemon is asked to stop, so graceful shutdown never waits on them.
+    let streams_end = state.shutdown.clone();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        streams_end.cancel();
+    });
     tracing::info!(addr = %listener.local_addr()?, database = state.config.database.engine(), "heraldd listening");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
@@ -113,6 +124,7 @@ pub async fn serve(
     background.cancel();
     let _ = workers.await;
     let _ = housekeeping.await;
+    let _ = listener_task.await;
     state.store.close().await;
     tracing::info!("heraldd stopped");
     Ok(())

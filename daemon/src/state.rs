@@ -26,6 +26,10 @@ pub struct AppState {
     pub retry_policy: RetryPolicy,
     /// The time as service logic sees it (tests move it).
     pub clock: Arc<crate::clock::Clock>,
+    /// Connected streams.
+    pub hub: Arc<crate::stream::Hub>,
+    /// Cancelled when the daemon stops: open streams end so shutdown does not wait on them.
+    pub shutdown: tokio_util::sync::CancellationToken,
     /// Wakes the delivery workers when a dispatch commits.
     pub delivery_wake: Arc<tokio::sync::Notify>,
     /// The OpenAPI document, rendered once when the router is built.

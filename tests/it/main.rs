@@ -10,3 +10,4 @@ mod ops;
 mod otp;
 mod process;
 mod store;
+mod stream;

@@ -21,6 +21,7 @@ pub struct TestDaemon {
     shutdown: CancellationToken,
     task: Option<JoinHandle<anyhow::Result<()>>>,
     pub dir: TempDir,
+    pub database_url: String,
 }
 
 /// The configuration every test daemon starts from, as `HERALD_*` variables.
@@ -34,7 +35,7 @@ pub fn base_env(dir: &std::path::Path, database_url: &str, idp: &TestIdp) -> Vec
         ("HERALD_OPERATOR_ISSUER", crate::idp::ISSUER.to_owned()),
         ("HERALD_OPERATOR_AUDIENCE", crate::idp::AUDIENCE.to_owned()),
         ("HERALD_OPERATOR_JWKS_REFRESH_SECONDS", "0".to_owned()),
-        ("HERALD_LOG", "warn".to_owned()),
+        ("HERALD_LOG", "error".to_owned()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -50,8 +51,23 @@ impl TestDaemon {
     pub async fn start_with(backend: Backend, extra: Vec<(&str, String)>) -> Self {
         crate::init_crypto();
         let dir = tempfile::tempdir().expect("temp dir");
-        let idp = TestIdp::start().await;
         let database_url = backend.fresh_database_url(dir.path()).await;
+        Self::start_on(backend, dir, database_url, extra).await
+    }
+
+    /// Another daemon on this one's database (several daemons, one PostgreSQL).
+    pub async fn start_sharing(&self, extra: Vec<(&str, String)>) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Self::start_on(self.backend, dir, self.database_url.clone(), extra).await
+    }
+
+    async fn start_on(
+        backend: Backend,
+        dir: TempDir,
+        database_url: String,
+        extra: Vec<(&str, String)>,
+    ) -> Self {
+        let idp = TestIdp::start().await;
         let mut env = base_env(dir.path(), &database_url, &idp);
         env.extend(extra.into_iter().map(|(k, v)| (k.to_owned(), v)));
         let config = Layers::new().env(env).build(false).expect("test configuration");
@@ -62,7 +78,18 @@ impl TestDaemon {
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(herald_daemon::serve(state.clone(), listener, shutdown.clone()));
         let url = format!("http://{addr}");
-        Self { backend, addr, client: Client::new(&url), url, state, idp, shutdown, task: Some(task), dir }
+        Self {
+            backend,
+            addr,
+            client: Client::new(&url),
+            url,
+            state,
+            idp,
+            shutdown,
+            task: Some(task),
+            dir,
+            database_url,
+        }
     }
 
     /// A new tenant with an application and a key holding every scope.

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod daemon;
 pub mod idp;
 pub mod peers;
+pub mod sse;
 
 pub use backend::Backend;
 pub use daemon::TestDaemon;

@@ -4,6 +4,7 @@ pub mod activity;
 pub mod admin;
 pub mod applications;
 pub mod health;
+pub mod inbox;
 pub mod notifications;
 pub mod otp;
 pub mod templates;

@@ -5,6 +5,7 @@ mod activity;
 pub use activity::ActivityQuery;
 mod applications;
 mod health;
+mod inbox;
 mod notifications;
 mod otp;
 mod users;

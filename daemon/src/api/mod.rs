@@ -7,6 +7,8 @@ mod dev;
 pub mod extract;
 mod health;
 mod identity;
+mod inbox;
+pub(crate) use inbox::inbox_item;
 mod notifications;
 mod otp;
 mod templates;
@@ -50,6 +52,7 @@ use crate::{error::ApiError, state::AppState};
         (name = "templates", description = "Stored templates for dispatch"),
         (name = "otp", description = "One-time passwords"),
         (name = "activity", description = "The masked delivery timeline, and retries"),
+        (name = "inbox", description = "End users' inboxes and live streams"),
     )
 )]
 struct ApiDoc;
@@ -83,6 +86,7 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
         .merge(notifications::router())
         .merge(otp::router())
         .merge(activity::router())
+        .merge(inbox::router())
         .merge(templates::router());
     if dev { router.merge(dev::router()) } else { router }
 }

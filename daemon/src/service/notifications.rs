@@ -104,10 +104,14 @@ pub async fn dispatch(
         None => None,
     };
     let channel = notification.channel;
+    let (app_id, recipient) = (notification.application_id.clone(), notification.recipient.clone());
     match state.store.dispatch(notification, record).await? {
         DispatchResult::Created => {
             if channel != Channel::InApp {
                 state.delivery_wake.notify_one();
+            } else if state.store.engine() == crate::store::Engine::Sqlite {
+                // PostgreSQL notifies every daemon, this one included, at commit.
+                state.hub.wake_created(&app_id, &recipient);
             }
             metrics::counter!("herald_notifications_accepted_total", "channel" => channel.as_str())
                 .increment(1);

@@ -11,6 +11,7 @@
 mod activity;
 mod credentials;
 mod idempotency;
+mod inbox;
 mod notifications;
 mod otp;
 mod templates;
@@ -28,6 +29,7 @@ use sqlx::{
 
 pub use activity::{ActivityFilter, ActivityRow, RetryResult};
 pub use credentials::{ApiKeyRecord, ApplicationRecord, TenantRecord};
+pub use inbox::{INBOX_CHANNEL, InboxPage, InboxRecord};
 pub use notifications::{
     AttemptRecord, AttemptResult, ClaimedDelivery, DispatchResult, IdempotentResponse, NewNotification,
     NotificationRecord,
@@ -220,6 +222,14 @@ impl Store {
         match self.readers {
             Readers::Sqlite(_) => Engine::Sqlite,
             Readers::Postgres(_) => Engine::Postgres,
+        }
+    }
+
+    /// The PostgreSQL pool (for LISTEN), when that is the engine.
+    pub fn postgres_pool(&self) -> Option<sqlx::PgPool> {
+        match &self.readers {
+            Readers::Postgres(pool) => Some(pool.clone()),
+            Readers::Sqlite(_) => None,
         }
     }
 

@@ -423,6 +423,7 @@ async fn insert_notification(conn: &mut Conn<'_>, n: &NewNotification) -> StoreR
     }
     if in_app {
         insert!(&inbox_id, title)?;
+        super::inbox::notify(conn, &n.application_id, &n.recipient, None).await?;
     } else {
         insert!()?;
     }

@@ -1,0 +1,216 @@
+//! The end user's inbox and live stream (user token only).
+
+use axum::{
+    Json,
+    extract::{Path, State},
+    http::{HeaderMap, HeaderValue, header},
+    response::{IntoResponse, Response, Sse},
+};
+use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+use herald_common::{
+    Problem, Timestamp,
+    api::inbox::{InboxItem, InboxOut, InboxPatch, ReadAllOut},
+    ids::InAppId,
+};
+use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::extract::{AppJson, AppQuery};
+use crate::{
+    auth::UserAuth,
+    error::{ApiError, ApiResult},
+    state::AppState,
+    store::{Engine as StoreEngine, InboxPage, InboxRecord},
+    stream::inbox::{InboxStream, start_for},
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_inbox))
+        .routes(routes!(read_all))
+        .routes(routes!(patch_item))
+        .routes(routes!(stream))
+}
+
+const PROBLEM: &str = "application/problem+json";
+
+/// The wire form of a stored inbox item.
+pub fn inbox_item(record: InboxRecord) -> InboxItem {
+    let data = record
+        .data
+        .as_deref()
+        .and_then(|d| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(d).ok())
+        .unwrap_or_default();
+    InboxItem {
+        id: InAppId::parse(&record.id).unwrap_or_else(|_| InAppId::new()),
+        title: record.title,
+        body: record.body,
+        is_read: record.is_read,
+        archived: record.archived,
+        created_at: Timestamp::from_millis(record.created_at),
+        data,
+    }
+}
+
+fn cursor_for(seq: i64) -> String {
+    URL_SAFE_NO_PAD.encode(format!("s:{seq}"))
+}
+
+fn seq_of(cursor: &str) -> Option<i64> {
+    let text = String::from_utf8(URL_SAFE_NO_PAD.decode(cursor).ok()?).ok()?;
+    text.strip_prefix("s:")?.parse().ok()
+}
+
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct InboxParams {
+    /// Only unread items (default false).
+    unread_only: Option<bool>,
+    /// Archived items instead of the others (default false).
+    archived: Option<bool>,
+    /// 1 to 100 (default 20).
+    limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// The caller's notifications, newest first, with the unread count.
+#[utoipa::path(get, path = "/api/v1/inbox", tag = "inbox", params(InboxParams),
+    security(("user" = [])),
+    responses(
+        (status = 200, description = "One page", body = InboxOut),
+        (status = 401, description = "Missing, invalid or expired user token", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "A query parameter is invalid", body = Problem, content_type = PROBLEM),
+    ))]
+async fn list_inbox(
+    State(state): State<AppState>,
+    UserAuth(user): UserAuth,
+    AppQuery(params): AppQuery<InboxParams>,
+) -> ApiResult<Json<InboxOut>> {
+    let limit = params.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(ApiError::field("limit", "must be from 1 to 100"));
+    }
+    let before_seq = match params.cursor.as_deref() {
+        Some(cursor) => {
+            Some(seq_of(cursor).ok_or_else(|| ApiError::field("cursor", "is not a cursor of this inbox"))?)
+        }
+        None => None,
+    };
+    let page = InboxPage {
+        unread_only: params.unread_only.unwrap_or(false),
+        archived: params.archived.unwrap_or(false),
+        before_seq,
+        limit: i64::from(limit) + 1,
+    };
+    let (app, user_id) = (user.application_id.as_str(), user.user_id.as_str());
+    let mut records = state.store.inbox_page(app, user_id, &page).await?;
+    let next_cursor = if records.len() > limit as usize {
+        records.truncate(limit as usize);
+        records.last().map(|r| cursor_for(r.seq))
+    } else {
+        None
+    };
+    let unread_count = u64::try_from(state.store.unread_count(app, user_id).await?).unwrap_or(0);
+    Ok(Json(InboxOut {
+        unread_count,
+        notifications: records.into_iter().map(inbox_item).collect(),
+        next_cursor,
+    }))
+}
+
+/// Marks an item read or unread, or archives it; the caller's open streams get
+/// `notification.updated`.
+#[utoipa::path(patch, path = "/api/v1/inbox/{id}", tag = "inbox", request_body = InboxPatch,
+    params(("id" = String, Path)),
+    security(("user" = [])),
+    responses(
+        (status = 200, description = "The changed item", body = InboxItem),
+        (status = 401, description = "Missing, invalid or expired user token", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "No such item of this user", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "A field is invalid", body = Problem, content_type = PROBLEM),
+    ))]
+async fn patch_item(
+    State(state): State<AppState>,
+    UserAuth(user): UserAuth,
+    Path(id): Path<String>,
+    AppJson(patch): AppJson<InboxPatch>,
+) -> ApiResult<Json<InboxItem>> {
+    if patch.is_read.is_none() && patch.archived.is_none() {
+        return Err(ApiError::field("is_read", "give is_read, archived or both"));
+    }
+    let (app, user_id) = (user.application_id.as_str(), user.user_id.as_str());
+    let item = state
+        .store
+        .update_inbox_item(app, user_id, &id, patch.is_read, patch.archived, state.clock.now_millis())
+        .await?
+        .ok_or_else(|| ApiError::not_found("inbox item"))?;
+    if state.store.engine() == StoreEngine::Sqlite {
+        // PostgreSQL notifies every daemon, this one included, at commit.
+        state.hub.push_update(app, user_id, &item.id);
+    }
+    Ok(Json(inbox_item(item)))
+}
+
+/// Marks every unread item read.
+#[utoipa::path(post, path = "/api/v1/inbox/read-all", tag = "inbox",
+    security(("user" = [])),
+    responses(
+        (status = 200, description = "How many changed", body = ReadAllOut),
+        (status = 401, description = "Missing, invalid or expired user token", body = Problem, content_type = PROBLEM),
+    ))]
+async fn read_all(State(state): State<AppState>, UserAuth(user): UserAuth) -> ApiResult<Json<ReadAllOut>> {
+    let (app, user_id) = (user.application_id.as_str(), user.user_id.as_str());
+    let changed = state.store.mark_all_read(app, user_id, state.clock.now_millis()).await?;
+    if state.store.engine() == StoreEngine::Sqlite {
+        for item in &changed {
+            state.hub.push_update(app, user_id, &item.id);
+        }
+    }
+    let unread_count = u64::try_from(state.store.unread_count(app, user_id).await?).unwrap_or(0);
+    Ok(Json(ReadAllOut { updated: changed.len() as u64, unread_count }))
+}
+
+/// The live stream of the caller's inbox (Server-Sent Events). See docs/STREAM.md.
+#[utoipa::path(get, path = "/api/v1/in-app/stream", tag = "inbox",
+    params(("Last-Event-ID" = Option<String>, Header, description = "Replay the notifications created after this id")),
+    security(("user" = [])),
+    responses(
+        (status = 200, description = "text/event-stream: connection.ready, notification.created, notification.updated, heartbeat, stream.resync", body = String, content_type = "text/event-stream"),
+        (status = 401, description = "Missing, invalid or expired user token", body = Problem, content_type = PROBLEM),
+        (status = 429, description = "The user already has 10 open streams", body = Problem, content_type = PROBLEM),
+    ))]
+async fn stream(
+    State(state): State<AppState>,
+    UserAuth(user): UserAuth,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let (app, user_id) = (user.application_id.to_string(), user.user_id.clone());
+    // Subscribe before reading, so nothing committed from here on can be missed.
+    let subscription = state.hub.subscribe(&app, &user_id).ok_or_else(|| {
+        ApiError::rate_limited(
+            format!("This user already has {} open streams.", crate::stream::MAX_STREAMS_PER_USER),
+            5_000,
+        )
+    })?;
+    let newest = state.store.inbox_last_seq(&app, &user_id).await?;
+    let unread = u64::try_from(state.store.unread_count(&app, &user_id).await?).unwrap_or(0);
+    let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    let start = start_for(last_event_id, newest);
+    let stream = InboxStream::new(
+        state.store.clone(),
+        user,
+        subscription,
+        start,
+        unread,
+        newest,
+        state.config.stream_heartbeat,
+        state.shutdown.clone(),
+    );
+    let mut response = Sse::new(stream.into_stream()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}

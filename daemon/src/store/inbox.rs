@@ -1,0 +1,195 @@
+//! Users' inboxes. Items are numbered per user (`seq`, from the user's sequence row, allocated
+//! inside the inserting transaction), which is also the stream's event id.
+
+use super::{Engine, Store, StoreResult, execute, fetch, scalar};
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct InboxRecord {
+    pub id: String,
+    pub application_id: String,
+    pub user_id: String,
+    pub seq: i64,
+    pub title: String,
+    pub body: String,
+    pub data: Option<String>,
+    pub is_read: bool,
+    pub archived: bool,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// Which items a page shows.
+#[derive(Clone, Debug)]
+pub struct InboxPage {
+    pub unread_only: bool,
+    pub archived: bool,
+    /// Items with a sequence below this (the cursor).
+    pub before_seq: Option<i64>,
+    pub limit: i64,
+}
+
+/// The channel PostgreSQL notifications about inboxes travel on.
+pub const INBOX_CHANNEL: &str = "herald_inbox";
+
+impl Store {
+    pub async fn inbox_page(&self, app: &str, user: &str, page: &InboxPage) -> StoreResult<Vec<InboxRecord>> {
+        let mut read = self.read().await?;
+        Ok(fetch!(
+            &mut read.conn(),
+            fetch_all,
+            InboxRecord,
+            "SELECT id, application_id, user_id, seq, title, body, data, is_read, archived, created_at, updated_at
+             FROM inbox_items
+             WHERE application_id = $1 AND user_id = $2 AND archived = $3 AND (NOT $4 OR NOT is_read) AND seq < $5
+             ORDER BY seq DESC LIMIT $6",
+            app,
+            user,
+            page.archived,
+            page.unread_only,
+            page.before_seq.unwrap_or(i64::MAX),
+            page.limit
+        )?)
+    }
+
+    pub async fn unread_count(&self, app: &str, user: &str) -> StoreResult<i64> {
+        let mut read = self.read().await?;
+        Ok(scalar!(
+            &mut read.conn(),
+            fetch_one,
+            i64,
+            "SELECT COUNT(*) FROM inbox_items
+             WHERE application_id = $1 AND user_id = $2 AND NOT archived AND NOT is_read",
+            app,
+            user
+        )?)
+    }
+
+    /// Items after `after_seq`, oldest first (stream replay and catch-up).
+    pub async fn inbox_after(
+        &self,
+        app: &str,
+        user: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<InboxRecord>> {
+        let mut read = self.read().await?;
+        Ok(fetch!(
+            &mut read.conn(),
+            fetch_all,
+            InboxRecord,
+            "SELECT id, application_id, user_id, seq, title, body, data, is_read, archived, created_at, updated_at
+             FROM inbox_items WHERE application_id = $1 AND user_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+            app,
+            user,
+            after_seq,
+            limit
+        )?)
+    }
+
+    /// The user's latest sequence number (0 before the first item).
+    pub async fn inbox_last_seq(&self, app: &str, user: &str) -> StoreResult<i64> {
+        let mut read = self.read().await?;
+        Ok(scalar!(
+            &mut read.conn(),
+            fetch_optional,
+            i64,
+            "SELECT last_seq FROM inbox_sequences WHERE application_id = $1 AND user_id = $2",
+            app,
+            user
+        )?
+        .unwrap_or(0))
+    }
+
+    pub async fn inbox_item(&self, app: &str, id: &str) -> StoreResult<Option<InboxRecord>> {
+        let mut read = self.read().await?;
+        Ok(fetch!(
+            &mut read.conn(),
+            fetch_optional,
+            InboxRecord,
+            "SELECT id, application_id, user_id, seq, title, body, data, is_read, archived, created_at, updated_at
+             FROM inbox_items WHERE application_id = $1 AND id = $2",
+            app,
+            id
+        )?)
+    }
+
+    /// Changes an item of `user`; `None` if the user has no such item. On PostgreSQL other
+    /// daemons hear of it (NOTIFY, delivered at commit).
+    pub async fn update_inbox_item(
+        &self,
+        app: &str,
+        user: &str,
+        id: &str,
+        is_read: Option<bool>,
+        archived: Option<bool>,
+        now: i64,
+    ) -> StoreResult<Option<InboxRecord>> {
+        let (app, user, id) = (app.to_owned(), user.to_owned(), id.to_owned());
+        self.write(move |conn| {
+            Box::pin(async move {
+                let updated = fetch!(
+                    conn,
+                    fetch_optional,
+                    InboxRecord,
+                    "UPDATE inbox_items SET is_read = COALESCE($4, is_read), archived = COALESCE($5, archived),
+                         updated_at = $6
+                     WHERE application_id = $1 AND user_id = $2 AND id = $3
+                     RETURNING id, application_id, user_id, seq, title, body, data, is_read, archived, created_at,
+                               updated_at",
+                    &app,
+                    &user,
+                    &id,
+                    is_read,
+                    archived,
+                    now
+                )?;
+                if let Some(item) = &updated {
+                    notify(conn, &app, &user, Some(&item.id)).await?;
+                }
+                Ok(updated)
+            })
+        })
+        .await
+    }
+
+    /// Marks every unread, unarchived item of `user` read; returns the items changed.
+    pub async fn mark_all_read(&self, app: &str, user: &str, now: i64) -> StoreResult<Vec<InboxRecord>> {
+        let (app, user) = (app.to_owned(), user.to_owned());
+        self.write(move |conn| {
+            Box::pin(async move {
+                let updated = fetch!(
+                    conn,
+                    fetch_all,
+                    InboxRecord,
+                    "UPDATE inbox_items SET is_read = TRUE, updated_at = $3
+                     WHERE application_id = $1 AND user_id = $2 AND NOT is_read AND NOT archived
+                     RETURNING id, application_id, user_id, seq, title, body, data, is_read, archived, created_at,
+                               updated_at",
+                    &app,
+                    &user,
+                    now
+                )?;
+                for item in &updated {
+                    notify(conn, &app, &user, Some(&item.id)).await?;
+                }
+                Ok(updated)
+            })
+        })
+        .await
+    }
+}
+
+/// On PostgreSQL, tells every daemon (LISTEN `herald_inbox`) that `user`'s inbox changed: a new
+/// item (`item` None) or a changed one. NOTIFY is transactional: it is sent at commit, or never.
+pub(super) async fn notify(
+    conn: &mut super::Conn<'_>,
+    app: &str,
+    user: &str,
+    item: Option<&str>,
+) -> StoreResult<()> {
+    if conn.engine() == Engine::Postgres {
+        let payload = serde_json::json!({"a": app, "u": user, "i": item}).to_string();
+        execute!(conn, "SELECT pg_notify('herald_inbox', $1)", &payload)?;
+    }
+    Ok(())
+}
