@@ -9,6 +9,7 @@
 
 mod load;
 mod smtp;
+mod streams;
 
 use std::{
     path::PathBuf,
@@ -40,6 +41,21 @@ enum BackendArg {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Many concurrent user streams: memory per stream and dispatch → notification.created
+    /// latency at a steady rate (SQLite). Raise the fd limit first (`ulimit -n 65536`).
+    Stream {
+        #[arg(long, default_value_t = 10_000)]
+        streams: usize,
+        /// Notifications per second.
+        #[arg(long, default_value_t = 1_000)]
+        rate: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value = "target/release/heraldd")]
+        daemon: PathBuf,
+        #[arg(long)]
+        pin: bool,
+    },
     /// OTP send (log SMS provider) + verify pairs per second.
     Otp {
         #[arg(long, value_enum, default_value = "sqlite")]
@@ -368,6 +384,17 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Otp { backend, pairs, concurrency, daemon, pin } => {
             otp(backend, pairs, concurrency, daemon, pin).await
+        }
+        Command::Stream { streams, rate, seconds, daemon, pin } => {
+            let dir = tempfile::tempdir()?;
+            let database_url = Backend::Sqlite.fresh_database_url(dir.path()).await;
+            let (smtp_port, _) = smtp::start().await?;
+            let d = start_daemon(&daemon, dir.path(), &database_url, smtp_port, pin).await?;
+            let pid = d.child.id().unwrap_or_default();
+            let result = streams::run(&d.url, pid, &d.boot, streams, rate, seconds).await;
+            let mut child = d.child;
+            let _ = child.kill().await;
+            result
         }
     }
 }
