@@ -287,3 +287,90 @@ async fn scopes_and_tenants_are_enforced() {
     item_in(&key_a, id.as_str(), "sent").await;
     assert_eq!(key_a.retry_all(&BulkRetryIn::default()).await.unwrap().count, 0);
 }
+
+async fn next_for(client: &mut herald_tests::sse::SseClient, id: &str) -> herald_tests::sse::SseEvent {
+    loop {
+        let event = client.next(Duration::from_secs(10)).await.expect("an activity event");
+        if event.data["transaction_id"] == id {
+            return event;
+        }
+    }
+}
+
+/// The operators' live feed: items as they appear and change, replay after Last-Event-ID.
+async fn operator_stream(backend: Backend) {
+    use herald_tests::sse::SseClient;
+    let smtp = SmtpSink::start().await;
+    let d = daemon(backend, &smtp).await;
+    let boot = d.bootstrap().await;
+    let key = d.with_token(&boot.api_key);
+    let operator = d.idp.operator_token(&boot.tenant_id, &[Scope::ActivityRead]);
+    let mut feed = SseClient::connect_to(&d.url, "/api/v1/activity/stream", &operator, None).await.unwrap();
+    assert_eq!(feed.next(Duration::from_secs(5)).await.unwrap().event, "connection.ready");
+
+    let sent = key
+        .send_notification(&NotificationIn::new(Channel::Email, "feed@example.com", "f"), None)
+        .await
+        .unwrap();
+    let id = sent.notification_id.as_str();
+    let first = next_for(&mut feed, id).await;
+    assert!(first.event == "activity.created" || first.data["status"] == "sent", "{first:?}");
+    assert_eq!(first.data["recipient_masked"], "f**d@example.com", "masked in the stream too");
+    let mut last = first.clone();
+    while last.data["status"] != "sent" {
+        last = next_for(&mut feed, id).await;
+        assert_eq!(last.event, "activity.updated");
+    }
+
+    // Resuming after the first event replays the later state, and nothing before it.
+    let mut resumed =
+        SseClient::connect_to(&d.url, "/api/v1/activity/stream", &operator, first.id.as_deref())
+            .await
+            .unwrap();
+    assert_eq!(resumed.next(Duration::from_secs(5)).await.unwrap().event, "connection.ready");
+    if first.data["status"] != "sent" {
+        let replayed = next_for(&mut resumed, id).await;
+        assert_eq!(
+            (replayed.event.as_str(), replayed.data["status"].as_str()),
+            ("activity.updated", Some("sent"))
+        );
+    }
+    let otp = key
+        .send_otp(&herald_common::api::otp::OtpSendIn::new(Channel::Sms, "+14155550100"), None)
+        .await
+        .unwrap();
+    let seen = next_for(&mut resumed, otp.transaction_id.as_str()).await;
+    assert_eq!(seen.data["recipient_masked"], "+14*******00");
+
+    let bad = SseClient::connect_to(&d.url, "/api/v1/activity/stream", &operator, Some("nonsense"))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(bad.status, 422);
+    let user = key.user_token("u", None).await.unwrap().token;
+    let refused = SseClient::connect_to(&d.url, "/api/v1/activity/stream", &user, None).await.err().unwrap();
+    assert_eq!(refused.status, 401, "user tokens are not operator credentials");
+}
+both_backends!(operator_stream_on_each_backend, operator_stream);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_stream_across_daemons() {
+    use herald_tests::sse::SseClient;
+    if !Backend::Postgres.available() {
+        return;
+    }
+    let a = TestDaemon::start(Backend::Postgres).await;
+    let b = a.start_sharing(Vec::new()).await;
+    let boot = a.bootstrap().await;
+    let operator = a.idp.operator_token(&boot.tenant_id, &[Scope::ActivityRead]);
+    let mut feed = SseClient::connect_to(&a.url, "/api/v1/activity/stream", &operator, None).await.unwrap();
+    assert_eq!(feed.next(Duration::from_secs(5)).await.unwrap().event, "connection.ready");
+    let mut n = NotificationIn::new(Channel::InApp, "someone", "via B");
+    n.title = Some("t".into());
+    let sent = b.with_token(&boot.api_key).send_notification(&n, None).await.unwrap();
+    let event = next_for(&mut feed, sent.notification_id.as_str()).await;
+    assert_eq!(
+        (event.event.as_str(), event.data["status"].as_str()),
+        ("activity.created", Some("delivered"))
+    );
+}

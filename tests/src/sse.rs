@@ -38,14 +38,25 @@ pub struct Refused {
 }
 
 impl SseClient {
-    /// Connects with `eventsource-stream`. A non-2xx answer is `Err` (nothing is streamed).
+    /// Connects to the user stream with `eventsource-stream`. A non-2xx answer is `Err`
+    /// (nothing is streamed).
     pub async fn connect(
         base_url: &str,
         token: &str,
         last_event_id: Option<&str>,
     ) -> Result<SseClient, Refused> {
+        Self::connect_to(base_url, "/api/v1/in-app/stream", token, last_event_id).await
+    }
+
+    /// Connects to the stream at `path`.
+    pub async fn connect_to(
+        base_url: &str,
+        path: &str,
+        token: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<SseClient, Refused> {
         let mut request = reqwest::Client::new()
-            .get(format!("{base_url}/api/v1/in-app/stream"))
+            .get(format!("{base_url}{path}"))
             .bearer_auth(token)
             .header("Accept", "text/event-stream");
         if let Some(id) = last_event_id {

@@ -27,6 +27,7 @@ use crate::{
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_activity))
+        .routes(routes!(activity_stream))
         .routes(routes!(retry_matching))
         .routes(routes!(get_activity_item))
         .routes(routes!(retry_item))
@@ -85,7 +86,8 @@ fn time(field: &str, value: Option<&str>) -> Result<Option<i64>, FieldError> {
         .map_err(|_| FieldError::new(field, "must be an ISO 8601 time such as 2026-11-22T10:15:30Z"))
 }
 
-fn item(row: ActivityRow) -> ApiResult<ActivityItem> {
+/// The wire form of a feed row.
+pub fn activity_item(row: ActivityRow) -> ApiResult<ActivityItem> {
     let corrupt =
         || ApiError::internal(anyhow::anyhow!("stored activity row {} is invalid", row.transaction_id));
     Ok(ActivityItem {
@@ -162,7 +164,7 @@ async fn list_activity(
         total_count,
         page,
         limit,
-        items: rows.into_iter().map(item).collect::<ApiResult<_>>()?,
+        items: rows.into_iter().map(activity_item).collect::<ApiResult<_>>()?,
     }))
 }
 
@@ -204,7 +206,7 @@ async fn get_activity_item(
             provider_message_id: None,
             error: row.failure_reason.clone(),
         };
-        (vec![attempt], item(row)?)
+        (vec![attempt], activity_item(row)?)
     } else {
         let attempts = match state.store.get_notification(&transaction_id).await? {
             Some((_, attempts)) => attempts
@@ -220,7 +222,7 @@ async fn get_activity_item(
                 .collect(),
             None => Vec::new(),
         };
-        (attempts, item(row)?)
+        (attempts, activity_item(row)?)
     };
     Ok(Json(ActivityDetail { item, updated_at, attempts, failed_verifications }))
 }
@@ -305,4 +307,44 @@ async fn retry_matching(
             queued_at: Timestamp::from_millis(now),
         }),
     ))
+}
+
+/// The live feed (Server-Sent Events): `activity.created` and `activity.updated` as items of the
+/// tenant appear and change, with heartbeats and `Last-Event-ID` replay. See docs/ACTIVITY.md.
+#[utoipa::path(get, path = "/api/v1/activity/stream", tag = "activity",
+    params(("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
+    security(("operator" = []), ("api_key" = [])),
+    responses(
+        (status = 200, description = "text/event-stream: connection.ready, activity.created, activity.updated, heartbeat", body = String, content_type = "text/event-stream"),
+        (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = PROBLEM),
+        (status = 403, description = "The credential lacks activity:read", body = Problem, content_type = PROBLEM),
+        (status = 422, description = "Last-Event-ID is not an id of this stream", body = Problem, content_type = PROBLEM),
+    ))]
+async fn activity_stream(
+    State(state): State<AppState>,
+    TenantAuth(principal, _): TenantAuth<scopes::ActivityRead>,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<axum::response::Response> {
+    use axum::response::IntoResponse;
+    let last =
+        match headers.get("last-event-id").and_then(|v| v.to_str().ok()).filter(|v| !v.trim().is_empty()) {
+            Some(text) => Some(
+                crate::stream::activity::parse_event_id(text)
+                    .ok_or_else(|| ApiError::field("Last-Event-ID", "is not an event id of this stream"))?,
+            ),
+            None => None,
+        };
+    let stream = crate::stream::activity::ActivityStream::new(
+        state.store.clone(),
+        state.clock.clone(),
+        principal.tenant_id().to_string(),
+        last,
+        state.config.stream_heartbeat,
+        state.shutdown.clone(),
+    );
+    let mut response = axum::response::Sse::new(stream.into_stream()).into_response();
+    response
+        .headers_mut()
+        .insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-cache"));
+    Ok(response)
 }

@@ -3,6 +3,7 @@
 //! handler and its OpenAPI operation together, so the document cannot miss a route.
 
 mod activity;
+pub(crate) use activity::activity_item;
 mod dev;
 pub mod extract;
 mod health;

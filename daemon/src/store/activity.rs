@@ -242,6 +242,58 @@ impl Store {
         })
     }
 
+    /// Items of a tenant that changed at or after `since` (epoch ms), oldest change first, at
+    /// most `limit`, each once (its latest state).
+    pub async fn activity_changes(
+        &self,
+        tenant_id: &str,
+        since: i64,
+        now: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<ActivityRow>> {
+        let mut sql = Sql::default();
+        let tenant = sql.text(tenant_id);
+        let since_p = sql.int(since);
+        let now_p = sql.int(now);
+        let limit_p = sql.int(limit);
+        let otp_status = otp_status(&now_p);
+        let text = format!(
+            "SELECT x.transaction_id, x.application_id, a.name AS application_name, x.channel, x.recipient_masked,
+                    x.status, x.failure_reason, x.retryable, x.retry_count, x.created_at, x.updated_at,
+                    x.failed_attempts
+             FROM (
+                 SELECT * FROM (
+                     SELECT n.id AS transaction_id, n.application_id, n.channel, n.recipient_masked,
+                            {NOTIFICATION_STATUS} AS status, n.failure_reason, n.retryable, n.retry_count,
+                            n.created_at, n.updated_at, CAST(0 AS BIGINT) AS failed_attempts
+                     FROM notifications n WHERE n.tenant_id = {tenant} AND n.updated_at >= {since_p}
+                     ORDER BY n.updated_at, n.id LIMIT {limit_p}) notification_changes
+                 UNION ALL
+                 SELECT * FROM (
+                     SELECT o.id AS transaction_id, o.application_id, o.channel, o.recipient_masked,
+                            {otp_status} AS status, o.failure_reason, FALSE AS retryable,
+                            CAST(0 AS BIGINT) AS retry_count, o.created_at, o.updated_at, o.failed_attempts
+                     FROM otp_transactions o WHERE o.tenant_id = {tenant} AND o.updated_at >= {since_p}
+                     ORDER BY o.updated_at, o.id LIMIT {limit_p}) otp_changes
+                 ORDER BY updated_at, transaction_id LIMIT {limit_p}
+             ) x JOIN applications a ON a.id = x.application_id
+             ORDER BY x.updated_at, x.transaction_id"
+        );
+        let mut read = self.read().await?;
+        Ok(match &mut read.conn() {
+            Conn::Sqlite(c) => {
+                bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(text)), sql.args)
+                    .fetch_all(&mut **c)
+                    .await?
+            }
+            Conn::Postgres(c) => {
+                bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(text)), sql.args)
+                    .fetch_all(&mut **c)
+                    .await?
+            }
+        })
+    }
+
     /// Queues a failed, retryable notification again. Exactly one of any number of concurrent
     /// retries of one item succeeds (the conditional update is the arbiter).
     pub async fn retry_notification(&self, tenant_id: &str, id: &str, now: i64) -> StoreResult<RetryResult> {

@@ -4,6 +4,7 @@
 //! duplicate), keeps a slow connection from holding queued data, and lets a wake-up come from
 //! this daemon or, through PostgreSQL's LISTEN/NOTIFY, from any other.
 
+pub mod activity;
 pub mod inbox;
 pub mod listener;
 
