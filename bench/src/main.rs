@@ -7,6 +7,7 @@
 //! With `--pin`, the daemon runs on core 0 (`taskset -c 0`) and the generator should run on core
 //! 1 (`taskset -c 1 target/release/herald-bench …`), as the floors in PERFORMANCE.md were taken.
 
+mod activity;
 mod load;
 mod smtp;
 mod streams;
@@ -41,6 +42,19 @@ enum BackendArg {
 
 #[derive(Subcommand)]
 enum Command {
+    /// `GET /api/v1/activity` latency for every filter and for deep pages, over a tenant with
+    /// `--items` feed items.
+    Activity {
+        #[arg(long, value_enum, default_value = "sqlite")]
+        backend: BackendArg,
+        #[arg(long, default_value_t = 1_000_000)]
+        items: usize,
+        /// Requests per query shape.
+        #[arg(long, default_value_t = 100)]
+        requests: usize,
+        #[arg(long, default_value = "target/release/heraldd")]
+        daemon: PathBuf,
+    },
     /// Many concurrent user streams: memory per stream and dispatch → notification.created
     /// latency at a steady rate (SQLite). Raise the fd limit first (`ulimit -n 65536`).
     Stream {
@@ -384,6 +398,64 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Otp { backend, pairs, concurrency, daemon, pin } => {
             otp(backend, pairs, concurrency, daemon, pin).await
+        }
+        Command::Activity { backend, items, requests, daemon } => {
+            let backend = backend_of(backend)?;
+            let dir = tempfile::tempdir()?;
+            let database_url = backend.fresh_database_url(dir.path()).await;
+            let (smtp_port, _) = smtp::start().await?;
+            // Bootstrap (and migrate) through the daemon, seed, then serve from a fresh start.
+            let first = start_daemon(&daemon, dir.path(), &database_url, smtp_port, false).await?;
+            let mut child = first.child;
+            let _ = child.kill().await;
+            let _ = child.wait().await;
+            let config = herald_daemon::config::Layers::new()
+                .env([("HERALD_DATABASE_URL".to_owned(), database_url.clone())])
+                .build(false)?;
+            let store = herald_daemon::store::Store::open(&config).await?;
+            let tenant = herald_common::ids::TenantId::parse(first.boot.tenant_id.as_str())?;
+            let second =
+                store.create_application(&tenant, "Second".into()).await?.context("second application")?;
+            store.close().await;
+            let seeded = activity::seed(&database_url, &first.boot, &second.id, items).await?;
+            let d = start_daemon(&daemon, dir.path(), &database_url, smtp_port, false).await?;
+            let key = first.boot.api_key.clone();
+            let app = first.boot.application_id.to_string();
+            let day = herald_common::Timestamp::from_millis(
+                herald_common::Timestamp::now().millis() - 10 * 86_400_000,
+            );
+            let day_end = day.plus_millis(86_400_000);
+            let shapes = [
+                ("newest, no filter", "/api/v1/activity".to_owned()),
+                ("status=failed", "/api/v1/activity?status=failed".to_owned()),
+                ("channel=sms", "/api/v1/activity?channel=sms".to_owned()),
+                ("application_id", format!("/api/v1/activity?application_id={app}")),
+                ("status=failed&channel=email", "/api/v1/activity?status=failed&channel=email".to_owned()),
+                ("status=verified (OTP)", "/api/v1/activity?status=verified".to_owned()),
+                ("one day (from/to)", format!("/api/v1/activity?from={day}&to={day_end}")),
+                ("limit=100", "/api/v1/activity?limit=100".to_owned()),
+                ("page 500 (offset 10,000)", "/api/v1/activity?page=500".to_owned()),
+                ("page 5,000 (offset 100,000)", "/api/v1/activity?page=5000".to_owned()),
+                ("page 50,000 (offset 1,000,000)", "/api/v1/activity?page=50000".to_owned()),
+            ];
+            println!(
+                "\n{}, {items} feed items seeded in {:.1} s; {requests} requests per row\n",
+                engine_name(backend),
+                seeded.as_secs_f64()
+            );
+            println!("| query | total_count | p50 ms | p99 ms |");
+            println!("|---|---|---|---|");
+            for (name, path) in shapes {
+                let (p50, p99, total) = activity::measure(&d.url, &key, &path, requests).await?;
+                println!(
+                    "| {name} | {total} | {:.1} | {:.1} |",
+                    p50.as_secs_f64() * 1000.0,
+                    p99.as_secs_f64() * 1000.0
+                );
+            }
+            let mut child = d.child;
+            let _ = child.kill().await;
+            Ok(())
         }
         Command::Stream { streams, rate, seconds, daemon, pin } => {
             let dir = tempfile::tempdir()?;

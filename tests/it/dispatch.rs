@@ -390,6 +390,12 @@ async fn without_smtp_email_goes_to_the_outbox() {
     assert_eq!(out.delivery_status, DeliveryStatus::Sent);
     let file = d.dir.path().join("data/outbox").join(format!("{}.eml", accepted.notification_id));
     let eml = std::fs::read_to_string(&file).expect("an .eml file in the outbox");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600,
+        "outbox files may hold codes"
+    );
     assert!(eml.contains("Look in the outbox") && eml.contains("To: dev@example.com"));
     let sms = key
         .send_notification(&NotificationIn::new(Channel::Sms, "+14155550100", "logged"), None)

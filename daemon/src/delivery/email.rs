@@ -353,7 +353,8 @@ impl EmailSender {
             Transport::Outbox(dir) => {
                 let path = dir.join(format!("{}.eml", job.id));
                 let partial = dir.join(format!(".{}.eml.partial", job.id));
-                let written = tokio::fs::write(&partial, message.formatted()).await;
+                // Outbox files can hold OTP codes: readable by the daemon's user only.
+                let written = write_private(&partial, message.formatted()).await;
                 match written.and(tokio::fs::rename(&partial, &path).await) {
                     Ok(()) => Ok(Sent { provider_message_id: Some(message_id) }),
                     Err(e) => Err(SendError::Transient {
@@ -364,6 +365,17 @@ impl EmailSender {
             }
         }
     }
+}
+
+async fn write_private(path: &std::path::Path, contents: Vec<u8>) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut options = tokio::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    options.mode(0o600);
+    let mut file = options.open(path).await?;
+    file.write_all(&contents).await?;
+    file.flush().await
 }
 
 #[cfg(test)]

@@ -101,7 +101,8 @@ impl InboxStream {
                 (newest, false, true)
             }
         };
-        let until_expiry = (user.expires_at.millis() - Timestamp::now().millis()).max(0) as u64;
+        // Tokens are accepted for a minute past `exp` (clock skew); so is the stream.
+        let until_expiry = (user.expires_at.millis() + 60_000 - Timestamp::now().millis()).max(0) as u64;
         let mut heartbeat = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Self {

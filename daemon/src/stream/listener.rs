@@ -37,12 +37,20 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
         // Anything missed while not listening is re-read by every stream.
         state.hub.wake_all();
         loop {
+            // `try_recv` (not `recv`, which reconnects silently) reports a lost connection as
+            // `Ok(None)`; notifications sent meanwhile are gone, so every stream re-reads.
             let notification = tokio::select! {
-                n = listener.recv() => n,
+                n = listener.try_recv() => n,
                 _ = shutdown.cancelled() => return,
             };
             match notification {
-                Ok(n) => match serde_json::from_str::<Payload>(n.payload()) {
+                Ok(None) => {
+                    tracing::warn!(
+                        "the notification listener reconnected; streams re-read what they may have missed"
+                    );
+                    state.hub.wake_all();
+                }
+                Ok(Some(n)) => match serde_json::from_str::<Payload>(n.payload()) {
                     Ok(Payload { a, u, i: None }) => state.hub.wake_created(&a, &u),
                     Ok(Payload { a, u, i: Some(item) }) => state.hub.push_update(&a, &u, &item),
                     Err(e) => tracing::warn!(error = %e, "unreadable inbox notification"),

@@ -21,8 +21,9 @@ use tokio::sync::{Notify, mpsc};
 
 /// Streams one user may hold at once.
 pub const MAX_STREAMS_PER_USER: usize = 10;
-/// Changed items a connection may have waiting before it is told to resync.
-const UPDATE_QUEUE: usize = 64;
+/// Changed items a connection may have waiting before it is told to resync (read-all on a large
+/// inbox must fit).
+const UPDATE_QUEUE: usize = 4096;
 
 type UserKey = (String, String);
 
@@ -67,6 +68,12 @@ impl Hub {
     /// Registers a stream for `user` of `app`; `None` when the user already has the maximum.
     pub fn subscribe(self: &Arc<Self>, app: &str, user: &str) -> Option<Subscription> {
         let key = (app.to_owned(), user.to_owned());
+        let mut users = self.users.lock().ok()?;
+        let list = users.entry(key.clone()).or_default();
+        // Checked before a subscriber exists: its drop counts a stream as closed.
+        if list.len() >= MAX_STREAMS_PER_USER {
+            return None;
+        }
         let (sender, receiver) = mpsc::channel(UPDATE_QUEUE);
         let subscriber = Arc::new(Subscriber {
             connection_id: ConnectionId::new(),
@@ -74,11 +81,6 @@ impl Hub {
             updates: sender,
             overflowed: AtomicBool::new(false),
         });
-        let mut users = self.users.lock().ok()?;
-        let list = users.entry(key.clone()).or_default();
-        if list.len() >= MAX_STREAMS_PER_USER {
-            return None;
-        }
         list.push(subscriber.clone());
         metrics::gauge!("herald_streams_open").increment(1.0);
         Some(Subscription { hub: self.clone(), key, subscriber, updates: receiver })
