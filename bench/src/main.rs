@@ -122,7 +122,11 @@ async fn start_daemon(
             .env("HERALD_SMTP_URL", format!("smtp+plain://127.0.0.1:{smtp_port}"))
             .env("HERALD_LISTEN", "127.0.0.1:0")
             .env("HERALD_LOG_FORMAT", "json")
-            .env("HERALD_LOG", "warn,herald_daemon=info,herald_daemon::delivery=warn");
+            .env(
+                "HERALD_LOG",
+                std::env::var("HERALD_BENCH_LOG")
+                    .unwrap_or_else(|_| "warn,herald_daemon=info,herald_daemon::delivery=warn".into()),
+            );
     };
     let mut admin = tokio::process::Command::new(binary);
     env(&mut admin);

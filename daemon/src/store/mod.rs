@@ -148,6 +148,7 @@ pub struct Store {
     readers: Readers,
     writer: writer::WriterHandle,
     keys: Arc<credentials::KeyCache>,
+    otp_messages: Arc<otp::MessageCache>,
 }
 
 impl std::fmt::Debug for Store {
@@ -202,7 +203,12 @@ impl Store {
             .connect_with(options.clone().read_only(true))
             .await?;
         let writer = writer::spawn_sqlite(write_conn);
-        Ok(Store { readers: Readers::Sqlite(pool), writer, keys: Arc::default() })
+        Ok(Store {
+            readers: Readers::Sqlite(pool),
+            writer,
+            keys: Arc::default(),
+            otp_messages: Arc::default(),
+        })
     }
 
     async fn open_postgres(options: PgConnectOptions, max_connections: u32) -> StoreResult<Store> {
@@ -215,7 +221,12 @@ impl Store {
         // Writers take connections from the same pool; leave at least one for readers.
         let writers = (max_connections / 2).clamp(1, 4) as usize;
         let writer = writer::spawn_postgres(pool.clone(), writers);
-        Ok(Store { readers: Readers::Postgres(pool), writer, keys: Arc::default() })
+        Ok(Store {
+            readers: Readers::Postgres(pool),
+            writer,
+            keys: Arc::default(),
+            otp_messages: Arc::default(),
+        })
     }
 
     pub fn engine(&self) -> Engine {

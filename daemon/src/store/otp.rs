@@ -67,6 +67,10 @@ struct OtpRow {
     status: String,
     failed_attempts: i64,
     expires_at: i64,
+    /// Failed verifications of the recipient in the failure window (SQLite reads it with the
+    /// row; PostgreSQL counts after locking the recipient).
+    recent_failures: i64,
+    oldest_failure: Option<i64>,
 }
 
 /// The OTP messages an application configured (`None`: the default).
@@ -79,8 +83,21 @@ pub struct OtpMessages {
 
 pub const MAX_FAILED_ATTEMPTS: i64 = 5;
 
-/// Locks the recipient's row for the rest of the transaction.
+/// Applications' OTP messages, remembered for a few seconds (every send needs them). A change
+/// through this store is seen at once; one made by another process within this time.
+const MESSAGE_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[derive(Default)]
+pub(super) struct MessageCache(
+    std::sync::RwLock<std::collections::HashMap<String, (OtpMessages, std::time::Instant)>>,
+);
+
+/// Locks the recipient's row for the rest of the transaction (PostgreSQL; SQLite's single
+/// writer already runs one transaction at a time).
 async fn lock_recipient(conn: &mut Conn<'_>, application_id: &str, recipient_key: &str) -> StoreResult<()> {
+    if conn.engine() == Engine::Sqlite {
+        return Ok(());
+    }
     execute!(
         conn,
         "INSERT INTO otp_recipients (application_id, recipient_key) VALUES ($1, $2)
@@ -127,6 +144,33 @@ impl Store {
             Box::pin(async move {
                 let now = otp.created_at;
                 lock_recipient(conn, &otp.application_id, &otp.recipient_key).await?;
+                if idempotency.is_none() {
+                    // The common case in one statement: insert unless the window is full.
+                    let inserted = execute!(
+                        conn,
+                        "INSERT INTO otp_transactions
+                             (id, tenant_id, application_id, channel, recipient_key, recipient_masked, salt, code_hash,
+                              status, expires_at, created_at, updated_at)
+                         SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'sending', $9, $10, $10
+                         WHERE (SELECT COUNT(*) FROM otp_transactions
+                                WHERE application_id = $3 AND recipient_key = $5 AND created_at > $11) < $12",
+                        &otp.id,
+                        &otp.tenant_id,
+                        &otp.application_id,
+                        &otp.channel,
+                        &otp.recipient_key,
+                        &otp.recipient_masked,
+                        &otp.salt,
+                        &otp.code_hash,
+                        otp.expires_at,
+                        otp.created_at,
+                        now - limit.window_ms,
+                        limit.max
+                    )?;
+                    if inserted == 1 {
+                        return Ok(OtpSendStart::Started);
+                    }
+                }
                 if let Some(retry_after_ms) =
                     over_limit(conn, SENDS_SINCE, &otp.application_id, &otp.recipient_key, limit, now).await?
                 {
@@ -201,15 +245,22 @@ impl Store {
             Box::pin(async move {
                 let sql = match conn.engine() {
                     Engine::Sqlite => {
-                        "SELECT recipient_key, salt, code_hash, status, failed_attempts, expires_at
-                         FROM otp_transactions WHERE id = $1 AND application_id = $2"
+                        "SELECT o.recipient_key, o.salt, o.code_hash, o.status, o.failed_attempts, o.expires_at,
+                                COUNT(f.at) AS recent_failures, MIN(f.at) AS oldest_failure
+                         FROM otp_transactions o
+                         LEFT JOIN otp_failures f ON f.application_id = o.application_id
+                             AND f.recipient_key = o.recipient_key AND f.at > $3
+                         WHERE o.id = $1 AND o.application_id = $2
+                         GROUP BY o.id, o.recipient_key, o.salt, o.code_hash, o.status, o.failed_attempts, o.expires_at"
                     }
                     Engine::Postgres => {
-                        "SELECT recipient_key, salt, code_hash, status, failed_attempts, expires_at
-                         FROM otp_transactions WHERE id = $1 AND application_id = $2 FOR UPDATE"
+                        "SELECT recipient_key, salt, code_hash, status, failed_attempts, expires_at,
+                                CAST(-1 AS BIGINT) AS recent_failures, CAST(NULL AS BIGINT) AS oldest_failure
+                         FROM otp_transactions WHERE id = $1 AND application_id = $2 AND $3 = $3 FOR UPDATE"
                     }
                 };
-                let Some(row) = fetch!(conn, fetch_optional, OtpRow, sql, &id, &app)? else {
+                let since = now - failure_limit.window_ms;
+                let Some(row) = fetch!(conn, fetch_optional, OtpRow, sql, &id, &app, since)? else {
                     return Ok(VerifyOutcome::NotFound);
                 };
                 match row.status.as_str() {
@@ -223,10 +274,15 @@ impl Store {
                     set_status(conn, &id, "expired", now).await?;
                     return Ok(VerifyOutcome::Expired);
                 }
-                lock_recipient(conn, &app, &row.recipient_key).await?;
-                if let Some(retry_after_ms) =
+                let limited = if row.recent_failures >= 0 {
+                    (row.recent_failures >= failure_limit.max).then(|| {
+                        (row.oldest_failure.unwrap_or(now) + failure_limit.window_ms - now).max(1)
+                    })
+                } else {
+                    lock_recipient(conn, &app, &row.recipient_key).await?;
                     over_limit(conn, FAILURES_SINCE, &app, &row.recipient_key, failure_limit, now).await?
-                {
+                };
+                if let Some(retry_after_ms) = limited {
                     return Ok(VerifyOutcome::RateLimited { retry_after_ms });
                 }
                 if matches(&row.salt, &row.code_hash) {
@@ -266,6 +322,23 @@ impl Store {
     }
 
     pub async fn otp_messages(&self, application_id: &str) -> StoreResult<OtpMessages> {
+        if let Some((messages, at)) =
+            self.otp_messages.0.read().ok().and_then(|m| m.get(application_id).cloned())
+            && at.elapsed() < MESSAGE_CACHE_TTL
+        {
+            return Ok(messages);
+        }
+        let messages = self.otp_messages_uncached(application_id).await?;
+        if let Ok(mut cache) = self.otp_messages.0.write() {
+            if cache.len() > 10_000 {
+                cache.clear();
+            }
+            cache.insert(application_id.to_owned(), (messages.clone(), std::time::Instant::now()));
+        }
+        Ok(messages)
+    }
+
+    async fn otp_messages_uncached(&self, application_id: &str) -> StoreResult<OtpMessages> {
         let mut read = self.read().await?;
         Ok(fetch!(
             &mut read.conn(),
@@ -279,6 +352,9 @@ impl Store {
 
     /// Sets an application's OTP messages; `false` if there is no such application.
     pub async fn set_otp_messages(&self, application_id: &str, messages: OtpMessages) -> StoreResult<bool> {
+        if let Ok(mut cache) = self.otp_messages.0.write() {
+            cache.remove(application_id);
+        }
         let app = application_id.to_owned();
         let updated = self
             .write(move |conn| {

@@ -122,7 +122,9 @@ impl InboxStream {
     /// Reads the items after `last_sent` into `pending`.
     async fn catch_up(&mut self) {
         let (app, user) = (self.user.application_id.as_str(), self.user.user_id.as_str());
-        match self.store.inbox_after(app, user, self.last_sent, BATCH).await {
+        // Boxed: an idle stream's state is sized for its largest await, and sqlx's query futures
+        // are large; boxed, they cost memory only while a read is running.
+        match Box::pin(self.store.inbox_after(app, user, self.last_sent, BATCH)).await {
             Ok(items) => {
                 self.more = items.len() as i64 == BATCH;
                 for item in items {
@@ -140,7 +142,7 @@ impl InboxStream {
     }
 
     async fn send_update(&mut self, item_id: String) {
-        match self.store.inbox_item(self.user.application_id.as_str(), &item_id).await {
+        match Box::pin(self.store.inbox_item(self.user.application_id.as_str(), &item_id)).await {
             Ok(Some(item)) if item.user_id == self.user.user_id => {
                 self.pending.push_back(json_event(NOTIFICATION_UPDATED, &crate::api::inbox_item(item)));
             }
@@ -172,7 +174,7 @@ impl InboxStream {
                 continue;
             }
             if self.more {
-                self.catch_up().await;
+                Box::pin(self.catch_up()).await;
                 continue;
             }
             tokio::select! {
@@ -181,7 +183,7 @@ impl InboxStream {
                 _ = tokio::time::sleep_until(self.expires) => self.finished = true,
                 _ = self.subscription.subscriber.created.notified() => self.more = true,
                 update = self.subscription.updates.recv() => match update {
-                    Some(item_id) => self.send_update(item_id).await,
+                    Some(item_id) => Box::pin(self.send_update(item_id)).await,
                     None => self.finished = true,
                 },
                 _ = self.heartbeat.tick() => {
@@ -192,7 +194,7 @@ impl InboxStream {
     }
 
     pub fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send {
-        futures_util::stream::unfold(self, |mut stream| async move {
+        futures_util::stream::unfold(Box::new(self), |mut stream| async move {
             let event = stream.next_event().await?;
             Some((Ok(event), stream))
         })
