@@ -89,6 +89,33 @@ impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for
     }
 }
 
+/// The request's `Idempotency-Key`, fingerprinted with its JSON body, if it has one.
+pub fn idempotency_key(
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+    secret: &crate::secret::ServerSecret,
+) -> Result<Option<crate::service::notifications::Idempotency>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().map_err(|_| ApiError::field("Idempotency-Key", "must be printable ASCII"))?;
+    let body: serde_json::Value = parse_json(body)?;
+    crate::service::notifications::Idempotency::new(secret, key, &body).map(Some)
+}
+
+/// The stored response of an earlier request with the same key, marked as replayed.
+pub fn replayed(status_code: u16, body: String) -> axum::response::Response {
+    use axum::{http::HeaderValue, response::IntoResponse};
+    let status = StatusCode::from_u16(status_code).unwrap_or(StatusCode::OK);
+    let content_type =
+        if status.is_success() { "application/json" } else { herald_common::error::PROBLEM_CONTENT_TYPE };
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    response
+}
+
 /// Parses `bytes` as `T`, classifying failures as CONTRACT §2 says.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);

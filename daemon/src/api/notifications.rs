@@ -3,7 +3,7 @@
 use axum::{
     Json,
     extract::{Path, State},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
 use herald_common::{
@@ -15,11 +15,11 @@ use herald_common::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::extract::{JsonBody, parse_json};
+use super::extract::{JsonBody, idempotency_key, parse_json, replayed};
 use crate::{
     auth::{ApiKeyAuth, Principal, TenantAuth, scopes},
     error::{ApiError, ApiResult},
-    service::notifications::{self, Dispatched, Idempotency},
+    service::notifications::{self, Dispatched},
     state::AppState,
 };
 
@@ -50,25 +50,10 @@ async fn send_notification(
     JsonBody(bytes): JsonBody,
 ) -> ApiResult<Response> {
     let input: NotificationIn = parse_json(&bytes)?;
-    let idempotency = match headers.get("idempotency-key") {
-        Some(value) => {
-            let key =
-                value.to_str().map_err(|_| ApiError::field("Idempotency-Key", "must be visible ASCII"))?;
-            let body: serde_json::Value = parse_json(&bytes)?;
-            Some(Idempotency::new(&state.secret, key, &body)?)
-        }
-        None => None,
-    };
+    let idempotency = idempotency_key(&headers, &bytes, &state.secret)?;
     Ok(match notifications::dispatch(&state, &key, input, idempotency).await? {
         Dispatched::Accepted(accepted) => (StatusCode::ACCEPTED, Json(accepted)).into_response(),
-        Dispatched::Replayed { status_code, body } => {
-            let status = StatusCode::from_u16(status_code).unwrap_or(StatusCode::OK);
-            let mut response = (status, body).into_response();
-            let headers = response.headers_mut();
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
-            response
-        }
+        Dispatched::Replayed { status_code, body } => replayed(status_code, body),
     })
 }
 

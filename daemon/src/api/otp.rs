@@ -3,7 +3,7 @@
 use axum::{
     Json,
     extract::State,
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    http::HeaderMap,
     response::{IntoResponse, Response},
 };
 use herald_common::{
@@ -12,14 +12,11 @@ use herald_common::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::extract::{AppJson, JsonBody, parse_json};
+use super::extract::{AppJson, JsonBody, idempotency_key, parse_json, replayed};
 use crate::{
     auth::{ApiKeyAuth, scopes},
-    error::{ApiError, ApiResult},
-    service::{
-        notifications::Idempotency,
-        otp::{self, OtpSent},
-    },
+    error::ApiResult,
+    service::otp::{self, OtpSent},
     state::AppState,
 };
 
@@ -51,25 +48,10 @@ async fn send_otp(
     JsonBody(bytes): JsonBody,
 ) -> ApiResult<Response> {
     let input: OtpSendIn = parse_json(&bytes)?;
-    let idempotency = match headers.get("idempotency-key") {
-        Some(value) => {
-            let key =
-                value.to_str().map_err(|_| ApiError::field("Idempotency-Key", "must be printable ASCII"))?;
-            Some(Idempotency::new(&state.secret, key, &parse_json::<serde_json::Value>(&bytes)?)?)
-        }
-        None => None,
-    };
+    let idempotency = idempotency_key(&headers, &bytes, &state.secret)?;
     Ok(match otp::send(&state, &key, input, idempotency).await? {
         OtpSent::Sent(out) => Json(out).into_response(),
-        OtpSent::Replayed { status_code, body } => {
-            let status = StatusCode::from_u16(status_code).unwrap_or(StatusCode::OK);
-            let content_type = if status.is_success() { "application/json" } else { PROBLEM };
-            let mut response = (status, body).into_response();
-            let headers = response.headers_mut();
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-            headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
-            response
-        }
+        OtpSent::Replayed { status_code, body } => replayed(status_code, body),
     })
 }
 

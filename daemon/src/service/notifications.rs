@@ -123,8 +123,14 @@ pub async fn dispatch(
 }
 
 fn answer_for_key(result: DispatchResult) -> ApiResult<Dispatched> {
+    earlier_response(result).map(|(status_code, body)| Dispatched::Replayed { status_code, body })
+}
+
+/// What an idempotency key already used by an earlier request means for this one: that
+/// request's stored response (status, body) to replay, or the error that explains why not.
+pub fn earlier_response(result: DispatchResult) -> ApiResult<(u16, String)> {
     match result {
-        DispatchResult::Replay { status_code, body } => Ok(Dispatched::Replayed { status_code, body }),
+        DispatchResult::Replay { status_code, body } => Ok((status_code, body)),
         DispatchResult::KeyReused => Err(ApiError::new(
             ErrorCode::IdempotencyKeyReused,
             "This Idempotency-Key was used with a different request; use a new key for a new request.",

@@ -23,7 +23,7 @@ use rand::RngExt;
 use subtle::ConstantTimeEq;
 
 use super::{
-    notifications::{IDEMPOTENCY_TTL, Idempotency},
+    notifications::{IDEMPOTENCY_TTL, Idempotency, earlier_response},
     validate,
 };
 use crate::{
@@ -267,18 +267,7 @@ fn compose(channel: Channel, messages: &OtpMessages, code: &str, ttl: u32) -> (O
 }
 
 fn answer_for_key(result: DispatchResult) -> ApiResult<OtpSent> {
-    match result {
-        DispatchResult::Replay { status_code, body } => Ok(OtpSent::Replayed { status_code, body }),
-        DispatchResult::KeyReused => Err(ApiError::new(
-            ErrorCode::IdempotencyKeyReused,
-            "This Idempotency-Key was used with a different request; use a new key for a new request.",
-        )),
-        DispatchResult::InFlight | DispatchResult::Created => Err(ApiError::new(
-            ErrorCode::IdempotencyInProgress,
-            "A request with this Idempotency-Key is still being processed; retry shortly.",
-        )
-        .with_header(axum::http::header::RETRY_AFTER, "1")),
-    }
+    earlier_response(result).map(|(status_code, body)| OtpSent::Replayed { status_code, body })
 }
 
 pub async fn verify(state: &AppState, key: &KeyPrincipal, input: OtpVerifyIn) -> ApiResult<OtpVerifyOut> {
