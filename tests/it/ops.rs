@@ -57,3 +57,36 @@ async fn every_response_carries_a_request_id() {
         .unwrap();
     assert_eq!(response.headers()["x-request-id"], "req-from-the-caller", "a caller's id is kept");
 }
+
+#[tokio::test]
+async fn browsers_of_allowed_origins_get_cors_headers() {
+    let d = TestDaemon::start_with(
+        Backend::Sqlite,
+        vec![("HERALD_CORS_ORIGINS", "https://app.example.com".into())],
+    )
+    .await;
+    let preflight = |origin: &'static str| {
+        d.client
+            .request(reqwest::Method::OPTIONS, "/api/v1/in-app/stream")
+            .header("Origin", origin)
+            .header("Access-Control-Request-Method", "GET")
+            .header("Access-Control-Request-Headers", "authorization, last-event-id")
+            .send()
+    };
+    let allowed = preflight("https://app.example.com").await.unwrap();
+    assert!(allowed.status().is_success(), "{}", allowed.status());
+    assert_eq!(allowed.headers()["access-control-allow-origin"], "https://app.example.com");
+    let headers = allowed.headers()["access-control-allow-headers"].to_str().unwrap().to_owned();
+    assert!(headers.contains("authorization") && headers.contains("last-event-id"), "{headers}");
+    let other = preflight("https://evil.example").await.unwrap();
+    assert!(other.headers().get("access-control-allow-origin").is_none(), "other origins get no grant");
+    let plain = TestDaemon::start(Backend::Sqlite).await;
+    let response = plain
+        .client
+        .request(reqwest::Method::GET, "/healthz")
+        .header("Origin", "https://app.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert!(response.headers().get("access-control-allow-origin").is_none(), "none by default");
+}

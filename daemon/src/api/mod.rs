@@ -97,6 +97,29 @@ pub fn openapi(dev: bool) -> utoipa::openapi::OpenApi {
     api_router(dev).split_for_parts().1
 }
 
+/// Cross-origin access for browser pages of the configured origins (none by default).
+fn cors(origins: &[String]) -> tower_http::cors::CorsLayer {
+    use axum::http::{HeaderValue, Method, header};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            header::HeaderName::from_static("idempotency-key"),
+            header::HeaderName::from_static("last-event-id"),
+        ])
+        .expose_headers([header::HeaderName::from_static("idempotent-replayed"), header::RETRY_AFTER])
+        .max_age(std::time::Duration::from_secs(600))
+}
+
 /// The complete application: routes, fallbacks and middleware.
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = api_router(state.config.dev).split_for_parts();
@@ -126,5 +149,6 @@ pub fn router(state: AppState) -> Router {
                 .on_response(DefaultOnResponse::new().level(tracing::Level::DEBUG)),
         )
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .layer(cors(&state.config.cors_origins))
         .with_state(state)
 }

@@ -87,6 +87,7 @@ keys! {
     "operator_jwks_refresh_seconds" => Some("30"), "Least time between two JWKS fetches caused by an unknown kid.";
     "operator_jwks_max_age_seconds" => Some("300"), "A cached JWKS older than this is fetched again.";
     "stream_heartbeat_seconds" => Some("15"), "Heartbeat interval of SSE streams.";
+    "cors_origins" => None, "Comma-separated origins (https://app.example.com) whose browser pages may call the API and open streams; `*` for any. Unset: no cross-origin access.";
     "retry_schedule" => Some("5s,30s,2m,10m,30m"), "Delays between automatic delivery attempts (ms/s/m/h); after the last, failed.";
     "delivery_workers" => Some("32"), "Deliveries handed to providers at the same time by this daemon.";
     "delivery_lease_seconds" => Some("120"), "How long a worker holds a delivery; a daemon that dies mid-send loses it to another worker after this.";
@@ -198,6 +199,8 @@ pub struct Config {
     pub operator_jwks_refresh: Duration,
     pub operator_jwks_max_age: Duration,
     pub stream_heartbeat: Duration,
+    /// Origins allowed to call from browsers (`["*"]` for any); empty: none.
+    pub cors_origins: Vec<String>,
     pub retry_schedule: Vec<Duration>,
     pub delivery_workers: usize,
     pub delivery_lease: Duration,
@@ -354,6 +357,25 @@ impl Layers {
         let operator_jwks_refresh = p.parse("operator_jwks_refresh_seconds", |v| parse_seconds(v, 0, 86_400));
         let operator_jwks_max_age = p.parse("operator_jwks_max_age_seconds", |v| parse_seconds(v, 1, 86_400));
         let stream_heartbeat = p.parse("stream_heartbeat_seconds", |v| parse_seconds(v, 1, 3_600));
+        let cors_origins = p
+            .optional("cors_origins", |v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|o| !o.is_empty())
+                    .map(|origin| {
+                        let valid = origin == "*"
+                            || ((origin.starts_with("https://") || origin.starts_with("http://"))
+                                && !origin.trim_end_matches('/').contains(|c: char| c.is_whitespace())
+                                && origin.matches('/').count() == 2);
+                        if valid {
+                            Ok(origin.to_owned())
+                        } else {
+                            Err(format!("`{origin}` is not an origin such as https://app.example.com"))
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .unwrap_or_default();
         let retry_schedule = p.parse("retry_schedule", parse_schedule);
         let delivery_workers = p.parse("delivery_workers", |v| match v.parse::<usize>() {
             Ok(n) if (1..=1024).contains(&n) => Ok(n),
@@ -393,6 +415,7 @@ impl Layers {
             operator_jwks_refresh: operator_jwks_refresh.ok_or_else(missing)?,
             operator_jwks_max_age: operator_jwks_max_age.ok_or_else(missing)?,
             stream_heartbeat: stream_heartbeat.ok_or_else(missing)?,
+            cors_origins,
             retry_schedule: retry_schedule.ok_or_else(missing)?,
             delivery_workers: delivery_workers.ok_or_else(missing)?,
             delivery_lease: delivery_lease.ok_or_else(missing)?,
@@ -616,6 +639,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!err.contains("short-secret-value"), "{err}");
+    }
+
+    #[test]
+    fn cors_origins_are_checked() {
+        let config = Layers::new()
+            .env(env(&[("HERALD_CORS_ORIGINS", "https://a.example.com, http://localhost:3000")]))
+            .build(false)
+            .unwrap();
+        assert_eq!(config.cors_origins, ["https://a.example.com", "http://localhost:3000"]);
+        let err = Layers::new()
+            .env(env(&[("HERALD_CORS_ORIGINS", "https://a.example.com/path")]))
+            .build(false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("HERALD_CORS_ORIGINS"), "{err}");
+        assert!(Layers::new().build(false).unwrap().cors_origins.is_empty(), "none by default");
     }
 
     #[test]
