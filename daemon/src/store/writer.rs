@@ -92,7 +92,9 @@ async fn next_batch(receiver: &Mutex<mpsc::Receiver<Job>>) -> Option<Vec<Job>> {
     Some(batch)
 }
 
-/// Runs one batch on `conn` within one transaction. Infrastructure failures (BEGIN, a
+/// Runs one batch on `conn` within one transaction. Even a batch of one opens a savepoint:
+/// committing lone operations sooner was measured to shrink batches and multiply fsyncs under
+/// load (in-app dispatch fell from ~7.5k/s to ~5.7k/s), so the uniform path stays. Infrastructure failures (BEGIN, a
 /// savepoint, COMMIT) fail every job of the batch; an operation's own failure fails only it.
 async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
     if let Err(e) = super::execute!(conn, begin) {
