@@ -130,6 +130,21 @@ macro_rules! bound {
     }};
 }
 
+/// Runs dynamic SQL (built from fixed fragments) with its numbered arguments on either backend:
+/// `dynamic!(conn, fetch_all, query_as::<Row>, sql, args)`.
+macro_rules! dynamic {
+    ($conn:expr, $method:ident, $make:ident::<$ty:ty>, $sql:expr, $args:expr) => {
+        match $conn {
+            Conn::Sqlite(c) => {
+                bound!(sqlx::$make::<_, $ty>(sqlx::AssertSqlSafe($sql)), $args).$method(&mut **c).await
+            }
+            Conn::Postgres(c) => {
+                bound!(sqlx::$make::<_, $ty>(sqlx::AssertSqlSafe($sql)), $args).$method(&mut **c).await
+            }
+        }
+    };
+}
+
 impl Store {
     /// One page of the feed and the number of items the filter matches.
     pub async fn list_activity(
@@ -176,26 +191,8 @@ impl Store {
                   + (SELECT COUNT(*) FROM otp_transactions o WHERE {o_where})"
         );
         let mut read = self.read().await?;
-        let (rows, total) = match &mut read.conn() {
-            Conn::Sqlite(c) => {
-                let rows = bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(page_sql)), page.args)
-                    .fetch_all(&mut **c)
-                    .await?;
-                let total = bound!(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(count_sql)), count.args)
-                    .fetch_one(&mut **c)
-                    .await?;
-                (rows, total)
-            }
-            Conn::Postgres(c) => {
-                let rows = bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(page_sql)), page.args)
-                    .fetch_all(&mut **c)
-                    .await?;
-                let total = bound!(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(count_sql)), count.args)
-                    .fetch_one(&mut **c)
-                    .await?;
-                (rows, total)
-            }
-        };
+        let rows = dynamic!(&mut read.conn(), fetch_all, query_as::<ActivityRow>, page_sql, page.args)?;
+        let total = dynamic!(&mut read.conn(), fetch_one, query_scalar::<i64>, count_sql, count.args)?;
         Ok((rows, u64::try_from(total).unwrap_or(0)))
     }
 
@@ -228,18 +225,7 @@ impl Store {
              ) x JOIN applications a ON a.id = x.application_id"
         );
         let mut read = self.read().await?;
-        Ok(match &mut read.conn() {
-            Conn::Sqlite(c) => {
-                bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(text)), sql.args)
-                    .fetch_optional(&mut **c)
-                    .await?
-            }
-            Conn::Postgres(c) => {
-                bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(text)), sql.args)
-                    .fetch_optional(&mut **c)
-                    .await?
-            }
-        })
+        Ok(dynamic!(&mut read.conn(), fetch_optional, query_as::<ActivityRow>, text, sql.args)?)
     }
 
     /// Items of a tenant that changed at or after `since` (epoch ms), oldest change first, at
@@ -280,18 +266,7 @@ impl Store {
              ORDER BY x.updated_at, x.transaction_id"
         );
         let mut read = self.read().await?;
-        Ok(match &mut read.conn() {
-            Conn::Sqlite(c) => {
-                bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(text)), sql.args)
-                    .fetch_all(&mut **c)
-                    .await?
-            }
-            Conn::Postgres(c) => {
-                bound!(sqlx::query_as::<_, ActivityRow>(sqlx::AssertSqlSafe(text)), sql.args)
-                    .fetch_all(&mut **c)
-                    .await?
-            }
-        })
+        Ok(dynamic!(&mut read.conn(), fetch_all, query_as::<ActivityRow>, text, sql.args)?)
     }
 
     /// Queues a failed, retryable notification again. Exactly one of any number of concurrent
@@ -330,18 +305,7 @@ impl Store {
                     "SELECT n.id FROM notifications n WHERE {n_where} AND n.status = 'failed' AND n.retryable
                      ORDER BY n.created_at LIMIT {max_p}"
                 );
-                let ids: Vec<String> = match conn {
-                    Conn::Sqlite(c) => {
-                        bound!(sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(text)), sql.args)
-                            .fetch_all(&mut **c)
-                            .await?
-                    }
-                    Conn::Postgres(c) => {
-                        bound!(sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(text)), sql.args)
-                            .fetch_all(&mut **c)
-                            .await?
-                    }
-                };
+                let ids: Vec<String> = dynamic!(conn, fetch_all, query_scalar::<String>, text, sql.args)?;
                 let mut queued = 0;
                 for id in ids {
                     if requeue(conn, &filter.tenant_id, &id, now).await? {
