@@ -67,8 +67,25 @@ impl Sql {
     }
 }
 
-/// Status as the feed shows it.
-const NOTIFICATION_STATUS: &str = "n.status";
+/// A feed row as selected from the merged halves (alias `x`) joined with the application (`a`).
+const FEED_ROW: &str = "x.transaction_id, x.application_id, a.name AS application_name, x.channel, \
+     x.recipient_masked, x.status, x.failure_reason, x.retryable, x.retry_count, x.created_at, x.updated_at, \
+     x.failed_attempts";
+
+/// A notification as a feed row (alias `n`).
+const NOTIFICATION_COLUMNS: &str = "n.id AS transaction_id, n.application_id, n.channel, n.recipient_masked, \
+     n.status AS status, n.failure_reason, n.retryable, n.retry_count, n.created_at, n.updated_at, \
+     CAST(0 AS BIGINT) AS failed_attempts";
+
+/// An OTP transaction as a feed row (alias `o`), its status as of `now`.
+fn otp_columns(now: &str) -> String {
+    format!(
+        "o.id AS transaction_id, o.application_id, o.channel, o.recipient_masked, {} AS status, \
+         o.failure_reason, FALSE AS retryable, CAST(0 AS BIGINT) AS retry_count, o.created_at, o.updated_at, \
+         o.failed_attempts",
+        otp_status(now)
+    )
+}
 fn otp_status(now: &str) -> String {
     format!(
         "CASE WHEN o.status IN ('sent', 'sending') AND o.expires_at <= {now} THEN 'expired' \
@@ -160,23 +177,17 @@ impl Store {
         let window = page.int(limit + offset);
         let limit_p = page.int(limit);
         let offset_p = page.int(offset);
-        let otp_status = otp_status(&now_p);
+        let otp_columns = otp_columns(&now_p);
         let page_sql = format!(
-            "SELECT x.transaction_id, x.application_id, a.name AS application_name, x.channel, x.recipient_masked,
-                    x.status, x.failure_reason, x.retryable, x.retry_count, x.created_at, x.updated_at,
-                    x.failed_attempts
+            "SELECT {FEED_ROW}
              FROM (
                  SELECT * FROM (
-                     SELECT n.id AS transaction_id, n.application_id, n.channel, n.recipient_masked,
-                            {NOTIFICATION_STATUS} AS status, n.failure_reason, n.retryable, n.retry_count,
-                            n.created_at, n.updated_at, CAST(0 AS BIGINT) AS failed_attempts
+                     SELECT {NOTIFICATION_COLUMNS}
                      FROM notifications n WHERE {n_where}
                      ORDER BY n.created_at DESC, n.id DESC LIMIT {window}) notification_page
                  UNION ALL
                  SELECT * FROM (
-                     SELECT o.id AS transaction_id, o.application_id, o.channel, o.recipient_masked,
-                            {otp_status} AS status, o.failure_reason, FALSE AS retryable,
-                            CAST(0 AS BIGINT) AS retry_count, o.created_at, o.updated_at, o.failed_attempts
+                     SELECT {otp_columns}
                      FROM otp_transactions o WHERE {o_where}
                      ORDER BY o.created_at DESC, o.id DESC LIMIT {window}) otp_page
                  ORDER BY created_at DESC, transaction_id DESC LIMIT {limit_p} OFFSET {offset_p}
@@ -208,20 +219,13 @@ impl Store {
         let now_p = sql.int(now);
         let (n_where, o_where) = conditions(&filter, &mut sql, &now_p);
         let id_p = sql.text(id);
-        let otp_status = otp_status(&now_p);
+        let otp_columns = otp_columns(&now_p);
         let text = format!(
-            "SELECT x.transaction_id, x.application_id, a.name AS application_name, x.channel, x.recipient_masked,
-                    x.status, x.failure_reason, x.retryable, x.retry_count, x.created_at, x.updated_at,
-                    x.failed_attempts
+            "SELECT {FEED_ROW}
              FROM (
-                 SELECT n.id AS transaction_id, n.application_id, n.channel, n.recipient_masked,
-                        {NOTIFICATION_STATUS} AS status, n.failure_reason, n.retryable, n.retry_count, n.created_at,
-                        n.updated_at, CAST(0 AS BIGINT) AS failed_attempts
-                 FROM notifications n WHERE {n_where} AND n.id = {id_p}
+                 SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE {n_where} AND n.id = {id_p}
                  UNION ALL
-                 SELECT o.id, o.application_id, o.channel, o.recipient_masked, {otp_status}, o.failure_reason,
-                        FALSE, CAST(0 AS BIGINT), o.created_at, o.updated_at, o.failed_attempts
-                 FROM otp_transactions o WHERE {o_where} AND o.id = {id_p}
+                 SELECT {otp_columns} FROM otp_transactions o WHERE {o_where} AND o.id = {id_p}
              ) x JOIN applications a ON a.id = x.application_id"
         );
         let mut read = self.read().await?;
@@ -242,23 +246,17 @@ impl Store {
         let since_p = sql.int(since);
         let now_p = sql.int(now);
         let limit_p = sql.int(limit);
-        let otp_status = otp_status(&now_p);
+        let otp_columns = otp_columns(&now_p);
         let text = format!(
-            "SELECT x.transaction_id, x.application_id, a.name AS application_name, x.channel, x.recipient_masked,
-                    x.status, x.failure_reason, x.retryable, x.retry_count, x.created_at, x.updated_at,
-                    x.failed_attempts
+            "SELECT {FEED_ROW}
              FROM (
                  SELECT * FROM (
-                     SELECT n.id AS transaction_id, n.application_id, n.channel, n.recipient_masked,
-                            {NOTIFICATION_STATUS} AS status, n.failure_reason, n.retryable, n.retry_count,
-                            n.created_at, n.updated_at, CAST(0 AS BIGINT) AS failed_attempts
+                     SELECT {NOTIFICATION_COLUMNS}
                      FROM notifications n WHERE n.tenant_id = {tenant} AND n.updated_at >= {since_p}
                      ORDER BY n.updated_at, n.id LIMIT {limit_p}) notification_changes
                  UNION ALL
                  SELECT * FROM (
-                     SELECT o.id AS transaction_id, o.application_id, o.channel, o.recipient_masked,
-                            {otp_status} AS status, o.failure_reason, FALSE AS retryable,
-                            CAST(0 AS BIGINT) AS retry_count, o.created_at, o.updated_at, o.failed_attempts
+                     SELECT {otp_columns}
                      FROM otp_transactions o WHERE o.tenant_id = {tenant} AND o.updated_at >= {since_p}
                      ORDER BY o.updated_at, o.id LIMIT {limit_p}) otp_changes
                  ORDER BY updated_at, transaction_id LIMIT {limit_p}

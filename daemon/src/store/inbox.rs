@@ -28,6 +28,13 @@ pub struct InboxPage {
     pub limit: i64,
 }
 
+/// The columns of an [`InboxRecord`], for `concat!` into static SQL.
+macro_rules! inbox_columns {
+    () => {
+        "id, application_id, user_id, seq, title, body, data, is_read, archived, created_at, updated_at"
+    };
+}
+
 /// The channel PostgreSQL notifications about inboxes travel on.
 pub const INBOX_CHANNEL: &str = "herald_inbox";
 
@@ -38,10 +45,10 @@ impl Store {
             &mut read.conn(),
             fetch_all,
             InboxRecord,
-            "SELECT id, application_id, user_id, seq, title, body, data, is_read, archived, created_at, updated_at
+            concat!("SELECT ", inbox_columns!(), "
              FROM inbox_items
              WHERE application_id = $1 AND user_id = $2 AND archived = $3 AND (NOT $4 OR NOT is_read) AND seq < $5
-             ORDER BY seq DESC LIMIT $6",
+             ORDER BY seq DESC LIMIT $6"),
             app,
             user,
             page.archived,
@@ -77,8 +84,12 @@ impl Store {
             &mut read.conn(),
             fetch_all,
             InboxRecord,
-            "SELECT id, application_id, user_id, seq, title, body, data, is_read, archived, created_at, updated_at
-             FROM inbox_items WHERE application_id = $1 AND user_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+            concat!(
+                "SELECT ",
+                inbox_columns!(),
+                "
+             FROM inbox_items WHERE application_id = $1 AND user_id = $2 AND seq > $3 ORDER BY seq LIMIT $4"
+            ),
             app,
             user,
             after_seq,
@@ -106,8 +117,12 @@ impl Store {
             &mut read.conn(),
             fetch_optional,
             InboxRecord,
-            "SELECT id, application_id, user_id, seq, title, body, data, is_read, archived, created_at, updated_at
-             FROM inbox_items WHERE application_id = $1 AND id = $2",
+            concat!(
+                "SELECT ",
+                inbox_columns!(),
+                "
+             FROM inbox_items WHERE application_id = $1 AND id = $2"
+            ),
             app,
             id
         )?)
@@ -131,11 +146,10 @@ impl Store {
                     conn,
                     fetch_optional,
                     InboxRecord,
-                    "UPDATE inbox_items SET is_read = COALESCE($4, is_read), archived = COALESCE($5, archived),
+                    concat!("UPDATE inbox_items SET is_read = COALESCE($4, is_read), archived = COALESCE($5, archived),
                          updated_at = $6
                      WHERE application_id = $1 AND user_id = $2 AND id = $3
-                     RETURNING id, application_id, user_id, seq, title, body, data, is_read, archived, created_at,
-                               updated_at",
+                     RETURNING ", inbox_columns!()),
                     &app,
                     &user,
                     &id,
@@ -161,10 +175,12 @@ impl Store {
                     conn,
                     fetch_all,
                     InboxRecord,
-                    "UPDATE inbox_items SET is_read = TRUE, updated_at = $3
+                    concat!(
+                        "UPDATE inbox_items SET is_read = TRUE, updated_at = $3
                      WHERE application_id = $1 AND user_id = $2 AND NOT is_read AND NOT archived
-                     RETURNING id, application_id, user_id, seq, title, body, data, is_read, archived, created_at,
-                               updated_at",
+                     RETURNING ",
+                        inbox_columns!()
+                    ),
                     &app,
                     &user,
                     now
