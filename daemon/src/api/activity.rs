@@ -209,17 +209,7 @@ async fn get_activity_item(
         (vec![attempt], activity_item(row)?)
     } else {
         let attempts = match state.store.get_notification(&transaction_id).await? {
-            Some((_, attempts)) => attempts
-                .into_iter()
-                .map(|a| AttemptOut {
-                    attempt: u32::try_from(a.attempt).unwrap_or(0),
-                    started_at: Timestamp::from_millis(a.started_at),
-                    finished_at: Timestamp::from_millis(a.finished_at),
-                    outcome: a.outcome,
-                    provider_message_id: a.provider_message_id,
-                    error: a.error,
-                })
-                .collect(),
+            Some((_, attempts)) => attempts.into_iter().map(super::notifications::attempt_out).collect(),
             None => Vec::new(),
         };
         (attempts, activity_item(row)?)

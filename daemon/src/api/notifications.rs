@@ -96,16 +96,18 @@ async fn get_notification(
         retry_count: u32::try_from(record.retry_count).unwrap_or(0),
         created_at: Timestamp::from_millis(record.created_at),
         updated_at: Timestamp::from_millis(record.updated_at),
-        attempts: attempts
-            .into_iter()
-            .map(|a| AttemptOut {
-                attempt: u32::try_from(a.attempt).unwrap_or(0),
-                started_at: Timestamp::from_millis(a.started_at),
-                finished_at: Timestamp::from_millis(a.finished_at),
-                outcome: a.outcome,
-                provider_message_id: a.provider_message_id,
-                error: a.error,
-            })
-            .collect(),
+        attempts: attempts.into_iter().map(attempt_out).collect(),
     }))
+}
+
+/// The wire form of a recorded delivery attempt.
+pub fn attempt_out(a: crate::store::AttemptRecord) -> AttemptOut {
+    AttemptOut {
+        attempt: u32::try_from(a.attempt).unwrap_or(0),
+        started_at: Timestamp::from_millis(a.started_at),
+        finished_at: Timestamp::from_millis(a.finished_at),
+        outcome: a.outcome,
+        provider_message_id: a.provider_message_id,
+        error: a.error,
+    }
 }

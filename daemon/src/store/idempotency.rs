@@ -105,21 +105,29 @@ pub(super) async fn claim(
 ) -> StoreResult<DispatchResult> {
     let status = response.map(|(code, _)| i64::from(code));
     let body = response.map(|(_, body)| body);
-    let inserted = execute!(
+    // One statement claims a new key or takes over one that expired or was abandoned in flight
+    // (`usable` is false for it); a key still held by an earlier request is left alone.
+    let claimed = execute!(
         conn,
         "INSERT INTO idempotency_keys
              (application_id, idempotency_key, request_hash, status_code, response_body, created_at, expires_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (application_id, idempotency_key) DO NOTHING",
+         ON CONFLICT (application_id, idempotency_key) DO UPDATE SET
+             request_hash = excluded.request_hash, status_code = excluded.status_code,
+             response_body = excluded.response_body, created_at = excluded.created_at,
+             expires_at = excluded.expires_at
+         WHERE idempotency_keys.expires_at <= $6
+            OR (idempotency_keys.status_code IS NULL AND idempotency_keys.created_at <= $6 - $8)",
         application_id,
         key,
         request_hash,
         status,
         body,
         now,
-        now + ttl_ms
+        now + ttl_ms,
+        ABANDONED_AFTER_MS
     )?;
-    if inserted == 1 {
+    if claimed == 1 {
         return Ok(DispatchResult::Created);
     }
     let existing = fetch!(
@@ -131,20 +139,5 @@ pub(super) async fn claim(
         application_id,
         key
     )?;
-    if usable(&existing, now) {
-        return Ok(decide(existing, request_hash));
-    }
-    execute!(
-        conn,
-        "UPDATE idempotency_keys SET request_hash = $3, status_code = $4, response_body = $5, created_at = $6,
-             expires_at = $7 WHERE application_id = $1 AND idempotency_key = $2",
-        application_id,
-        key,
-        request_hash,
-        status,
-        body,
-        now,
-        now + ttl_ms
-    )?;
-    Ok(DispatchResult::Created)
+    Ok(decide(existing, request_hash))
 }
