@@ -9,6 +9,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod delivery;
+pub mod dns;
 pub mod error;
 pub mod secret;
 pub mod service;
@@ -80,6 +81,7 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
     });
     let providers = Arc::new(delivery::Providers::from_config(&config)?);
     let retry_policy = delivery::RetryPolicy::new(config.retry_schedule.clone());
+    let resolver = dns::Resolver::new(&config.dns_nameservers, config.dns_timeout)?;
     Ok(AppState {
         config: Arc::new(config),
         store,
@@ -89,6 +91,8 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
         metrics: telemetry::metrics_handle(),
         providers,
         retry_policy,
+        resolver,
+        signers: Arc::default(),
         delivery_wake: Arc::new(tokio::sync::Notify::new()),
         clock: Arc::new(clock::Clock::default()),
         hub: Arc::new(stream::Hub::default()),
@@ -107,6 +111,7 @@ pub async fn serve(
     let background = CancellationToken::new();
     let workers = tokio::spawn(delivery::run_workers(state.clone(), background.clone()));
     let housekeeping = tokio::spawn(service::housekeeping(state.clone(), background.clone()));
+    let domain_checks = tokio::spawn(service::domains::run_checks(state.clone(), background.clone()));
     let listener_task = tokio::spawn(stream::listener::run(state.clone(), background.clone()));
     // Streams end when the daemon is asked to stop, so graceful shutdown never waits on them.
     let streams_end = state.shutdown.clone();
@@ -124,6 +129,7 @@ pub async fn serve(
     background.cancel();
     let _ = workers.await;
     let _ = housekeeping.await;
+    let _ = domain_checks.await;
     let _ = listener_task.await;
     state.store.close().await;
     tracing::info!("heraldd stopped");

@@ -24,6 +24,10 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     pub providers: Arc<Providers>,
     pub retry_policy: RetryPolicy,
+    /// DNS lookups for sending-domain checks.
+    pub resolver: crate::dns::Resolver,
+    /// DKIM signers of sending domains, cached briefly.
+    pub signers: Arc<crate::service::domains::keys::SignerCache>,
     /// The time as service logic sees it (tests move it).
     pub clock: Arc<crate::clock::Clock>,
     /// Connected streams.

@@ -4,6 +4,7 @@ mod activity;
 mod auth;
 mod crash;
 mod dispatch;
+mod domains;
 mod errors;
 mod openapi;
 mod ops;

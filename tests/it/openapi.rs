@@ -12,7 +12,7 @@ async fn the_document_is_valid_openapi_3_1() {
     assert_eq!(doc["openapi"], "3.1.0");
     let file = d.dir.path().join("openapi.json");
     std::fs::write(&file, serde_json::to_vec(&doc).unwrap()).unwrap();
-    let python = std::env::var("HERALD_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let python = herald_tests::python();
     let output = Command::new(&python)
         .args(["-c", "import sys; from openapi_spec_validator import validate; from openapi_spec_validator.readers import read_from_filename; validate(read_from_filename(sys.argv[1])[0]); print('valid')"])
         .arg(&file)

@@ -32,6 +32,12 @@ where
     }
 }
 
+/// The Python that runs the Python peers: `HERALD_TEST_PYTHON` (which `scripts/test` points at
+/// its `.venv`, with `tests/requirements.txt` installed), else `python3`.
+pub fn python() -> String {
+    std::env::var("HERALD_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}
+
 /// Installs the TLS crypto provider once (reqwest and sqlx use rustls with aws-lc-rs).
 pub fn init_crypto() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();

@@ -87,7 +87,7 @@ impl SseClient {
         token: &str,
         last_event_id: Option<&str>,
     ) -> Result<SseClient, Refused> {
-        let python = std::env::var("HERALD_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+        let python = crate::python();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/peers/sse_client.py");
         let mut command = tokio::process::Command::new(&python);
         command.arg(script).arg(format!("{base_url}/api/v1/in-app/stream")).arg(token);

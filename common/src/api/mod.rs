@@ -3,6 +3,7 @@
 pub mod activity;
 pub mod admin;
 pub mod applications;
+pub mod domains;
 pub mod health;
 pub mod inbox;
 pub mod notifications;

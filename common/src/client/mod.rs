@@ -4,6 +4,7 @@
 mod activity;
 pub use activity::ActivityQuery;
 mod applications;
+mod domains;
 mod health;
 mod inbox;
 mod notifications;
@@ -85,6 +86,17 @@ impl Client {
         body: &B,
     ) -> Result<T, ClientError> {
         Self::send(self.request(Method::POST, path).json(body)).await
+    }
+
+    /// Deletes `path`: success is any 2xx (usually 204 without a body).
+    pub async fn delete(&self, path: &str) -> Result<(), ClientError> {
+        let response = self.request(Method::DELETE, path).send().await?;
+        if response.status().is_success() {
+            return Ok(());
+        }
+        let status = response.status();
+        let bytes = response.bytes().await?;
+        decode::<serde_json::Value>(status, &bytes).map(|_| ())
     }
 
     /// Sends a request and decodes a JSON success, or the problem of a failure.

@@ -49,13 +49,6 @@ impl Client {
 
     /// Deletes a template (204 on success).
     pub async fn delete_template(&self, id: &str) -> Result<(), ClientError> {
-        let path = format!("/api/v1/templates/{}", encode_path_segment(id));
-        let response = self.request(Method::DELETE, &path).send().await?;
-        if response.status().is_success() {
-            return Ok(());
-        }
-        let status = response.status();
-        let bytes = response.bytes().await?;
-        super::decode::<serde_json::Value>(status, &bytes).map(|_| ())
+        self.delete(&format!("/api/v1/templates/{}", encode_path_segment(id))).await
     }
 }

@@ -5,6 +5,7 @@
 mod activity;
 pub(crate) use activity::activity_item;
 mod dev;
+mod domains;
 pub mod extract;
 mod health;
 mod identity;
@@ -51,6 +52,7 @@ use crate::{error::ApiError, state::AppState};
         (name = "users", description = "End-user tokens"),
         (name = "notifications", description = "Dispatch over email, SMS, WhatsApp and in-app"),
         (name = "templates", description = "Stored templates for dispatch"),
+        (name = "domains", description = "Custom sending domains: DNS verification and DKIM"),
         (name = "otp", description = "One-time passwords"),
         (name = "activity", description = "The masked delivery timeline, and retries"),
         (name = "inbox", description = "End users' inboxes and live streams"),
@@ -88,7 +90,8 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
         .merge(otp::router())
         .merge(activity::router())
         .merge(inbox::router())
-        .merge(templates::router());
+        .merge(templates::router())
+        .merge(domains::router());
     if dev { router.merge(dev::router()) } else { router }
 }
 

@@ -80,6 +80,10 @@ keys! {
     "whatsapp_token" => None, "Cloud API bearer token (required with whatsapp_provider=meta).";
     "dns_nameservers" => None, "Comma-separated ip:port list for domain verification; unset: the system resolver.";
     "spf_include" => Some("spf.herald.localhost"), "What a sending domain's SPF record must include.";
+    "dns_timeout" => Some("5s"), "How long one DNS query of a domain check may take (ms/s/m/h); then it is tried once more, and a second timeout is a temporary failure.";
+    "domain_recheck_interval" => Some("24h"), "How often verified sending domains are checked again (ms/s/m/h).";
+    "domain_pending_interval" => Some("10m"), "How often domains not yet verified (or last seen with a DNS failure) are checked in the background.";
+    "domain_pending_timeout" => Some("72h"), "A domain whose records are not all found within this time of its creation becomes failed.";
     "operator_jwks_url" => None, "JWKS URL of the operators' identity provider.";
     "operator_issuer" => None, "Required `iss` of operator tokens.";
     "operator_audience" => None, "Required `aud` of operator tokens.";
@@ -193,6 +197,10 @@ pub struct Config {
     pub whatsapp: WhatsappProvider,
     pub dns_nameservers: Vec<SocketAddr>,
     pub spf_include: String,
+    pub dns_timeout: Duration,
+    pub domain_recheck_interval: Duration,
+    pub domain_pending_interval: Duration,
+    pub domain_pending_timeout: Duration,
     /// `None` without a configured provider; `--dev` fills it with the built-in one.
     pub operator_idp: Option<OperatorIdp>,
     pub operator_algorithms: Vec<jsonwebtoken::Algorithm>,
@@ -352,6 +360,19 @@ impl Layers {
                 Ok(v.to_owned())
             }
         });
+        let interval = |v: &str| match parse_duration(v) {
+            Ok(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(30 * 24 * 3600) => Ok(d),
+            Ok(_) => Err("must be from 1s to 30 days".to_owned()),
+            Err(e) => Err(e),
+        };
+        let dns_timeout = p.parse("dns_timeout", |v| match parse_duration(v) {
+            Ok(d) if d >= Duration::from_millis(100) && d <= Duration::from_secs(60) => Ok(d),
+            Ok(_) => Err("must be from 100ms to 60s".to_owned()),
+            Err(e) => Err(e),
+        });
+        let domain_recheck_interval = p.parse("domain_recheck_interval", interval);
+        let domain_pending_interval = p.parse("domain_pending_interval", interval);
+        let domain_pending_timeout = p.parse("domain_pending_timeout", interval);
         let operator_idp = p.operator_idp();
         let operator_algorithms = p.parse("operator_algorithms", parse_algorithms);
         let operator_jwks_refresh = p.parse("operator_jwks_refresh_seconds", |v| parse_seconds(v, 0, 86_400));
@@ -410,6 +431,10 @@ impl Layers {
             whatsapp: whatsapp.ok_or_else(missing)?,
             dns_nameservers,
             spf_include: spf_include.ok_or_else(missing)?,
+            dns_timeout: dns_timeout.ok_or_else(missing)?,
+            domain_recheck_interval: domain_recheck_interval.ok_or_else(missing)?,
+            domain_pending_interval: domain_pending_interval.ok_or_else(missing)?,
+            domain_pending_timeout: domain_pending_timeout.ok_or_else(missing)?,
             operator_idp,
             operator_algorithms: operator_algorithms.ok_or_else(missing)?,
             operator_jwks_refresh: operator_jwks_refresh.ok_or_else(missing)?,

@@ -74,7 +74,7 @@ impl AsyncTokioStream for TlsSocket {
     }
 }
 
-use super::{SendError, Sent};
+use super::{SendError, Sent, dkim::DkimSigner};
 use crate::{config::Config, store::ClaimedDelivery};
 
 enum Transport {
@@ -334,10 +334,18 @@ impl EmailSender {
         Ok((message, message_id))
     }
 
-    pub async fn send(&self, job: &ClaimedDelivery) -> Result<Sent, SendError> {
+    pub async fn send(&self, job: &ClaimedDelivery, signer: Option<&DkimSigner>) -> Result<Sent, SendError> {
         let (message, message_id) = self.message(job)?;
+        let bytes = match signer {
+            Some(signer) => {
+                signer.sign(&message.formatted(), herald_common::Timestamp::now().seconds()).map_err(|e| {
+                    SendError::Permanent { reason: format!("cannot DKIM-sign as `{}`: {e}", signer.domain()) }
+                })?
+            }
+            None => message.formatted(),
+        };
         match &self.transport {
-            Transport::Smtp(pool) => match pool.send(message.envelope(), &message.formatted()).await {
+            Transport::Smtp(pool) => match pool.send(message.envelope(), &bytes).await {
                 Ok(()) => Ok(Sent { provider_message_id: Some(message_id) }),
                 Err(SmtpFailure::Reply(e)) if e.is_permanent() => {
                     Err(SendError::Permanent { reason: format!("SMTP {e}") })
@@ -354,7 +362,7 @@ impl EmailSender {
                 let path = dir.join(format!("{}.eml", job.id));
                 let partial = dir.join(format!(".{}.eml.partial", job.id));
                 // Outbox files can hold OTP codes: readable by the daemon's user only.
-                let written = write_private(&partial, message.formatted()).await;
+                let written = write_private(&partial, bytes).await;
                 match written.and(tokio::fs::rename(&partial, &path).await) {
                     Ok(()) => Ok(Sent { provider_message_id: Some(message_id) }),
                     Err(e) => Err(SendError::Transient {

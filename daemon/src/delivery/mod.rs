@@ -6,6 +6,7 @@
 //! so nothing accepted is ever lost: delivery is at-least-once, and the email Message-ID carries
 //! the notification id so that a resend can be recognised.
 
+pub mod dkim;
 pub mod email;
 pub mod http;
 pub mod policy;
@@ -22,6 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use policy::RetryPolicy;
 pub use providers::{Providers, SendError, Sent};
+
+use herald_common::api::notifications::Channel;
 
 use crate::{
     state::AppState,
@@ -98,12 +101,25 @@ pub async fn run_workers(state: AppState, shutdown: CancellationToken) {
     }
 }
 
+/// The DKIM signer for an email from a tenant's own sending domain (`from` was given).
+async fn signer(state: &AppState, job: &ClaimedDelivery) -> Result<Option<Arc<dkim::DkimSigner>>, SendError> {
+    match &job.sender {
+        Some(sender) if job.channel == Channel::Email.as_str() => {
+            crate::service::domains::signer_for(state, &job.tenant_id, sender).await.map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
 /// Sends one claimed job and records what happened.
 #[tracing::instrument(skip_all, fields(notification_id = %job.id, channel = %job.channel, attempt = job.attempt_count))]
 async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphorePermit) {
     let started_at = now_millis();
-    let outcome =
-        state.providers.send(&job).await.map_err(|e| e.redact(&job.recipient, &job.recipient_masked));
+    let outcome = match signer(&state, &job).await {
+        Ok(signer) => state.providers.send(&job, signer.as_deref()).await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| e.redact(&job.recipient, &job.recipient_masked));
     let result = match outcome {
         Ok(sent) => AttemptResult::Sent { provider_message_id: sent.provider_message_id },
         Err(SendError::Permanent { reason }) => {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use herald_common::api::notifications::Channel;
 
-use super::{email::EmailSender, http};
+use super::{dkim::DkimSigner, email::EmailSender, http};
 use crate::{
     config::{Config, SmsProvider, WhatsappProvider},
     store::ClaimedDelivery,
@@ -115,9 +115,11 @@ impl Providers {
         Ok(Self { email: EmailSender::new(config)?, sms, whatsapp })
     }
 
-    pub async fn send(&self, job: &ClaimedDelivery) -> Result<Sent, SendError> {
+    /// Hands `job` to its channel's provider; email from a tenant's own domain is signed with
+    /// `signer`.
+    pub async fn send(&self, job: &ClaimedDelivery, signer: Option<&DkimSigner>) -> Result<Sent, SendError> {
         match Channel::parse(&job.channel) {
-            Some(Channel::Email) => self.email.send(job).await,
+            Some(Channel::Email) => self.email.send(job, signer).await,
             Some(Channel::Sms) => match &self.sms {
                 Sms::Twilio(twilio) => twilio.send(&job.recipient, &job.body).await,
                 Sms::Log => Ok(logged(job)),

@@ -1,5 +1,6 @@
 //! Domain logic shared by the API handlers and the background tasks.
 
+pub mod domains;
 pub mod notifications;
 pub mod otp;
 pub mod templates;

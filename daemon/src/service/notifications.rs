@@ -252,12 +252,7 @@ async fn prepare(state: &AppState, key: &KeyPrincipal, input: NotificationIn) ->
         return Err(ApiError::validation(errors));
     }
     if let Some(from) = &input.from {
-        // Sending domains are verified per tenant; this tenant has none verified for `from`.
-        let domain = from.rsplit_once('@').map(|(_, d)| d).unwrap_or_default();
-        return Err(ApiError::new(
-            ErrorCode::DomainNotVerified,
-            format!("`{domain}` is not a verified sending domain of this tenant."),
-        ));
+        super::domains::check_sender(state, key.tenant_id.as_str(), from).await?;
     }
     Ok(NewNotification {
         id: NotificationId::new().to_string(),

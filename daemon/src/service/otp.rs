@@ -164,6 +164,7 @@ pub async fn send(
     // recorded as sent or failed (never stuck in flight).
     let task = tokio::spawn(deliver_code(
         state.clone(),
+        key.tenant_id.to_string(),
         app.to_owned(),
         id,
         input.channel,
@@ -180,6 +181,7 @@ pub async fn send(
 #[allow(clippy::too_many_arguments)]
 async fn deliver_code(
     state: AppState,
+    tenant: String,
     app: String,
     id: OtpId,
     channel: Channel,
@@ -193,6 +195,7 @@ async fn deliver_code(
     let message = compose(channel, &messages, &code, ttl);
     let outgoing = ClaimedDelivery {
         id: id.to_string(),
+        tenant_id: tenant,
         application_id: app.clone(),
         channel: channel.as_str().to_owned(),
         recipient,
@@ -204,7 +207,8 @@ async fn deliver_code(
         attempt_count: 1,
         cycle_attempt: 1,
     };
-    let delivered = state.providers.send(&outgoing).await.map_err(|e| e.redact(&outgoing.recipient, &masked));
+    let delivered =
+        state.providers.send(&outgoing, None).await.map_err(|e| e.redact(&outgoing.recipient, &masked));
     drop(outgoing);
     let (status_code, body, result) = match delivered {
         Ok(_) => {

@@ -10,6 +10,7 @@
 
 mod activity;
 mod credentials;
+mod domains;
 mod idempotency;
 mod inbox;
 mod notifications;
@@ -29,6 +30,7 @@ use sqlx::{
 
 pub use activity::{ActivityFilter, ActivityRow, RetryResult};
 pub use credentials::{ApiKeyRecord, ApplicationRecord, TenantRecord};
+pub use domains::{DomainCheck, DomainRecord};
 pub use inbox::{INBOX_CHANNEL, InboxPage, InboxRecord};
 pub use notifications::{
     AttemptRecord, AttemptResult, ClaimedDelivery, DispatchResult, IdempotentResponse, NewNotification,

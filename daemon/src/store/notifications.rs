@@ -59,6 +59,7 @@ pub enum DispatchResult {
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ClaimedDelivery {
     pub id: String,
+    pub tenant_id: String,
     pub application_id: String,
     pub channel: String,
     pub recipient: String,
@@ -184,7 +185,7 @@ impl Store {
                         ClaimedDelivery,
                         "UPDATE notifications SET status = 'sending', attempt_count = attempt_count + 1, updated_at = $2
                          WHERE id = $1
-                         RETURNING id, application_id, channel, recipient, recipient_masked, sender, subject, body,
+                         RETURNING id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, body,
                                    html_body, attempt_count",
                         &id,
                         now

@@ -37,6 +37,8 @@ pub struct ReceivedMail {
     pub auth_user: Option<String>,
     /// The message as received (lossily decoded if it is not UTF-8).
     pub raw: String,
+    /// The file holding the exact bytes received.
+    pub path: PathBuf,
 }
 
 /// A line of `messages.jsonl`.
@@ -60,7 +62,7 @@ pub struct SmtpSink {
 impl SmtpSink {
     /// Starts the sink on `127.0.0.1` with a free port and waits until it listens.
     pub async fn start() -> SmtpSink {
-        let python = std::env::var("HERALD_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+        let python = crate::python();
         let dir = tempfile::tempdir().expect("temp dir for the SMTP sink");
         // Into a file rather than inherited: it keeps test output quiet, and when the sink does
         // not come up its contents go into the panic message.
@@ -161,6 +163,7 @@ impl SmtpSink {
                     message_id: line.message_id,
                     auth_user: line.auth_user,
                     raw: String::from_utf8_lossy(&raw).into_owned(),
+                    path: eml,
                 }
             })
             .collect()
