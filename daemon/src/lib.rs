@@ -121,7 +121,9 @@ pub async fn serve(
         streams_end.cancel();
     });
     tracing::info!(addr = %listener.local_addr()?, database = state.config.database.engine(), "heraldd listening");
-    axum::serve(listener, app)
+    // `into_make_service`: serving the `Router` itself rebuilds every route for each connection
+    // (`Router::with_state` per connection), ~80 KiB each; this clones one `Arc` instead.
+    axum::serve(listener, app.into_make_service())
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
         .context("server error")?;
