@@ -89,7 +89,8 @@ pub async fn seed(
     Ok(started.elapsed())
 }
 
-/// p50 and p99 of `n` sequential requests to `path`, and the last total_count.
+/// p50 and p99 of `n` sequential requests to `path` (after 3 unmeasured ones, so a cold plan
+/// or page cache right after the daemon started does not count), and the last total_count.
 pub async fn measure(
     url: &str,
     key: &str,
@@ -99,6 +100,9 @@ pub async fn measure(
     let client = reqwest::Client::new();
     let mut latencies = Vec::with_capacity(n);
     let mut total = 0;
+    for _ in 0..3 {
+        client.get(format!("{url}{path}")).bearer_auth(key).send().await?.error_for_status()?;
+    }
     for _ in 0..n {
         let started = Instant::now();
         let response = client.get(format!("{url}{path}")).bearer_auth(key).send().await?;

@@ -112,6 +112,7 @@ pub async fn serve(
     let workers = tokio::spawn(delivery::run_workers(state.clone(), background.clone()));
     let housekeeping = tokio::spawn(service::housekeeping(state.clone(), background.clone()));
     let domain_checks = tokio::spawn(service::domains::run_checks(state.clone(), background.clone()));
+    let counters = tokio::spawn(service::fold_activity_counts(state.clone(), background.clone()));
     let listener_task = tokio::spawn(stream::listener::run(state.clone(), background.clone()));
     // Streams end when the daemon is asked to stop, so graceful shutdown never waits on them.
     let streams_end = state.shutdown.clone();
@@ -132,6 +133,7 @@ pub async fn serve(
     let _ = workers.await;
     let _ = housekeeping.await;
     let _ = domain_checks.await;
+    let _ = counters.await;
     let _ = listener_task.await;
     state.store.close().await;
     tracing::info!("heraldd stopped");

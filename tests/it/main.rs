@@ -6,6 +6,7 @@ mod crash;
 mod dispatch;
 mod domains;
 mod errors;
+mod feed_counts;
 mod openapi;
 mod ops;
 mod otp;

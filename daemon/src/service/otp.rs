@@ -38,7 +38,7 @@ use crate::{
 pub const SEND_LIMIT: Limit = Limit { max: 5, window_ms: 10 * 60 * 1000 };
 pub const FAILURE_LIMIT: Limit = Limit { max: 20, window_ms: 24 * 3600 * 1000 };
 const DEFAULT_TTL: u32 = 300;
-const TTL_RANGE: std::ops::RangeInclusive<u32> = 30..=600;
+const TTL_RANGE: std::ops::RangeInclusive<u32> = 30..=crate::store::OTP_MAX_TTL_SECONDS;
 
 pub const DEFAULT_EMAIL_SUBJECT: &str = "Your verification code";
 pub const DEFAULT_EMAIL_BODY: &str = "Your verification code is {code}. It expires in {expires}.";

@@ -36,7 +36,7 @@ pub use notifications::{
     AttemptRecord, AttemptResult, ClaimedDelivery, DispatchResult, IdempotentResponse, NewNotification,
     NotificationRecord,
 };
-pub use otp::{Limit, NewOtp, OtpMessages, OtpSendStart, VerifyOutcome};
+pub use otp::{Limit, NewOtp, OTP_MAX_TTL_SECONDS, OtpMessages, OtpSendStart, VerifyOutcome};
 pub use templates::TemplateRecord;
 
 use crate::config::{Config, DatabaseUrl};
@@ -134,6 +134,33 @@ impl ReadConn {
         match self {
             ReadConn::Sqlite(c) => Conn::Sqlite(c),
             ReadConn::Postgres(c) => Conn::Postgres(c),
+        }
+    }
+
+    /// A read-only transaction: every query in it sees the same snapshot of the database
+    /// (PostgreSQL: repeatable read). Rolled back when dropped.
+    pub async fn snapshot(&mut self) -> StoreResult<Snapshot<'_>> {
+        use sqlx::Connection;
+        Ok(match self {
+            ReadConn::Sqlite(c) => Snapshot::Sqlite(c.begin().await?),
+            ReadConn::Postgres(c) => {
+                Snapshot::Postgres(c.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?)
+            }
+        })
+    }
+}
+
+/// See [`ReadConn::snapshot`].
+pub enum Snapshot<'c> {
+    Sqlite(sqlx::Transaction<'c, sqlx::Sqlite>),
+    Postgres(sqlx::Transaction<'c, sqlx::Postgres>),
+}
+
+impl Snapshot<'_> {
+    pub fn conn(&mut self) -> Conn<'_> {
+        match self {
+            Snapshot::Sqlite(tx) => Conn::Sqlite(tx),
+            Snapshot::Postgres(tx) => Conn::Postgres(tx),
         }
     }
 }

@@ -83,6 +83,10 @@ pub struct OtpMessages {
 
 pub const MAX_FAILED_ATTEMPTS: i64 = 5;
 
+/// The longest a code lives. The activity feed relies on it: in an hour that ended this long
+/// ago no code can still be waiting, so its counters are final (store/activity.rs).
+pub const OTP_MAX_TTL_SECONDS: u32 = 600;
+
 /// Applications' OTP messages, remembered for a few seconds (every send needs them). A change
 /// through this store is seen at once; one made by another process within this time.
 const MESSAGE_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(5);

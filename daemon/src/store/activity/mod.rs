@@ -8,7 +8,7 @@
 //! Filters are assembled from fixed SQL fragments with numbered parameters; no caller input is
 //! ever part of the SQL text.
 
-use super::{Conn, Store, StoreResult, execute, scalar};
+use super::{Conn, Engine, Store, StoreResult, execute, scalar};
 
 /// What to list. `status` is one of the feed's statuses (checked by the caller).
 #[derive(Clone, Debug, Default)]
@@ -162,8 +162,34 @@ macro_rules! dynamic {
     };
 }
 
+// After the macros, which it uses.
+mod counts;
+
+/// Moves PostgreSQL's counter changes into the hourly and daily counters, in one statement: the
+/// deltas it deletes are exactly the ones it adds (changes committed meanwhile stay for the next
+/// fold).
+const FOLD_POSTGRES: &str = "WITH moved AS (
+         DELETE FROM activity_count_deltas
+         RETURNING tenant_id, hour, application_id, kind, channel, status, n),
+     summed AS (
+         SELECT tenant_id, hour, application_id, kind, channel, status, SUM(n) AS n FROM moved m
+         WHERE EXISTS (SELECT 1 FROM tenants t WHERE t.id = m.tenant_id)
+         GROUP BY tenant_id, hour, application_id, kind, channel, status),
+     hourly AS (
+         INSERT INTO activity_counts (tenant_id, hour, application_id, kind, channel, status, n)
+         SELECT tenant_id, hour, application_id, kind, channel, status, n FROM summed
+         ON CONFLICT (tenant_id, hour, application_id, kind, channel, status)
+         DO UPDATE SET n = activity_counts.n + excluded.n)
+     INSERT INTO activity_counts_daily (tenant_id, day, application_id, kind, channel, status, n)
+     SELECT tenant_id, hour / 24, application_id, kind, channel, status, SUM(n) FROM summed
+     GROUP BY tenant_id, hour / 24, application_id, kind, channel, status
+     ON CONFLICT (tenant_id, day, application_id, kind, channel, status)
+     DO UPDATE SET n = activity_counts_daily.n + excluded.n";
+
 impl Store {
-    /// One page of the feed and the number of items the filter matches.
+    /// One page of the feed and the number of items the filter matches. The count and the
+    /// place where the page starts come from the hourly counters (one snapshot with the rows),
+    /// so neither a broad filter nor a deep page walks the rows before it.
     pub async fn list_activity(
         &self,
         filter: &ActivityFilter,
@@ -171,12 +197,24 @@ impl Store {
         limit: i64,
         offset: i64,
     ) -> StoreResult<(Vec<ActivityRow>, u64)> {
+        let mut read = self.read().await?;
+        let mut snapshot = read.snapshot().await?;
+        let mut conn = snapshot.conn();
+        let buckets = counts::buckets(&mut conn, filter, now).await?;
+        let total = u64::try_from(buckets.iter().map(|b| b.n).sum::<i64>()).unwrap_or(0);
+        let Some((lower, upper, skip)) = counts::page_span(&mut conn, filter, buckets, offset, limit).await?
+        else {
+            return Ok((Vec::new(), total));
+        };
         let mut page = Sql::default();
         let now_p = page.int(now);
-        let (n_where, o_where) = conditions(filter, &mut page, &now_p);
-        let window = page.int(limit + offset);
+        let (mut n_where, mut o_where) = conditions(filter, &mut page, &now_p);
+        let (upper, lower) = (page.int(upper), page.int(lower));
+        n_where.push_str(&format!(" AND n.created_at < {upper} AND n.created_at >= {lower}"));
+        o_where.push_str(&format!(" AND o.created_at < {upper} AND o.created_at >= {lower}"));
+        let window = page.int(limit + skip);
         let limit_p = page.int(limit);
-        let offset_p = page.int(offset);
+        let skip_p = page.int(skip);
         let otp_columns = otp_columns(&now_p);
         let page_sql = format!(
             "SELECT {FEED_ROW}
@@ -190,21 +228,53 @@ impl Store {
                      SELECT {otp_columns}
                      FROM otp_transactions o WHERE {o_where}
                      ORDER BY o.created_at DESC, o.id DESC LIMIT {window}) otp_page
-                 ORDER BY created_at DESC, transaction_id DESC LIMIT {limit_p} OFFSET {offset_p}
+                 ORDER BY created_at DESC, transaction_id DESC LIMIT {limit_p} OFFSET {skip_p}
              ) x JOIN applications a ON a.id = x.application_id
              ORDER BY x.created_at DESC, x.transaction_id DESC"
         );
-        let mut count = Sql::default();
-        let now_c = count.int(now);
-        let (n_where, o_where) = conditions(filter, &mut count, &now_c);
-        let count_sql = format!(
-            "SELECT (SELECT COUNT(*) FROM notifications n WHERE {n_where})
-                  + (SELECT COUNT(*) FROM otp_transactions o WHERE {o_where})"
-        );
-        let mut read = self.read().await?;
-        let rows = dynamic!(&mut read.conn(), fetch_all, query_as::<ActivityRow>, page_sql, page.args)?;
-        let total = dynamic!(&mut read.conn(), fetch_one, query_scalar::<i64>, count_sql, count.args)?;
-        Ok((rows, u64::try_from(total).unwrap_or(0)))
+        let rows = dynamic!(&mut conn, fetch_all, query_as::<ActivityRow>, page_sql, page.args)?;
+        Ok((rows, total))
+    }
+
+    /// Folds the counters' pending changes (PostgreSQL's triggers append them to
+    /// `activity_count_deltas`) into `activity_counts`, and drops counters that reached zero.
+    /// One daemon at a time does it (an advisory lock); the others skip.
+    pub async fn fold_activity_counts(&self) -> StoreResult<()> {
+        if self.engine() != Engine::Postgres {
+            return Ok(());
+        }
+        self.write(|conn| {
+            Box::pin(async move {
+                let locked = scalar!(conn, fetch_one, bool, "SELECT pg_try_advisory_xact_lock(4242001)")?;
+                if locked {
+                    execute!(conn, FOLD_POSTGRES)?;
+                }
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// Vacuums PostgreSQL's table of pending counter changes: every fold deletes all its rows, and
+    /// readers scan it, so its dead rows must not wait for autovacuum's next round (a minute).
+    /// VACUUM cannot run in a transaction, so this runs on a pooled connection, not the writer.
+    pub async fn vacuum_activity_deltas(&self) -> StoreResult<()> {
+        if self.engine() == Engine::Postgres {
+            let mut conn = self.read().await?;
+            execute!(&mut conn.conn(), "VACUUM activity_count_deltas")?;
+        }
+        Ok(())
+    }
+
+    /// Deletes counters that are zero (every item of theirs moved to another status).
+    pub async fn prune_activity_counts(&self) -> StoreResult<u64> {
+        self.write(|conn| {
+            Box::pin(async move {
+                Ok(execute!(conn, "DELETE FROM activity_counts WHERE n = 0")?
+                    + execute!(conn, "DELETE FROM activity_counts_daily WHERE n = 0")?)
+            })
+        })
+        .await
     }
 
     /// One item of a tenant's feed.
