@@ -56,6 +56,8 @@ pub struct TenantRecord {
     pub created_at: i64,
 }
 
+super::local::local_row!(TenantRecord { id, name, created_at });
+
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ApplicationRecord {
     pub id: String,
@@ -66,6 +68,8 @@ pub struct ApplicationRecord {
     pub created_at: i64,
 }
 
+super::local::local_row!(ApplicationRecord { id, tenant_id, name, signing_generation, created_at });
+
 /// An API key as authentication sees it, joined with its application.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ApiKeyRecord {
@@ -75,6 +79,8 @@ pub struct ApiKeyRecord {
     pub scopes: String,
     pub revoked_at: Option<i64>,
 }
+
+super::local::local_row!(ApiKeyRecord { id, application_id, tenant_id, scopes, revoked_at });
 
 impl ApiKeyRecord {
     pub fn scopes(&self) -> Vec<Scope> {

@@ -24,6 +24,22 @@ pub struct DomainRecord {
     pub next_check_at: Option<i64>,
 }
 
+super::local::local_row!(DomainRecord {
+    id,
+    tenant_id,
+    name,
+    dkim_selector,
+    challenge_token,
+    dkim_record,
+    dkim_private_key,
+    status,
+    checks,
+    created_at,
+    last_checked_at,
+    verified_at,
+    next_check_at
+});
+
 /// The outcome of one check, to record.
 #[derive(Clone, Debug)]
 pub struct DomainCheck {

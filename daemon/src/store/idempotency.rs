@@ -20,6 +20,8 @@ struct IdempotencyRow {
     expires_at: i64,
 }
 
+super::local::local_row!(IdempotencyRow { request_hash, status_code, response_body, created_at, expires_at });
+
 /// What an existing, unexpired key means for a request with `request_hash`.
 fn decide(existing: IdempotencyRow, request_hash: &str) -> DispatchResult {
     if existing.request_hash != request_hash {

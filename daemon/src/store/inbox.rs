@@ -18,6 +18,20 @@ pub struct InboxRecord {
     pub updated_at: i64,
 }
 
+super::local::local_row!(InboxRecord {
+    id,
+    application_id,
+    user_id,
+    seq,
+    title,
+    body,
+    data,
+    is_read,
+    archived,
+    created_at,
+    updated_at
+});
+
 /// Which items a page shows.
 #[derive(Clone, Debug)]
 pub struct InboxPage {

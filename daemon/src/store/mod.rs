@@ -13,6 +13,7 @@ mod credentials;
 mod domains;
 mod idempotency;
 mod inbox;
+pub(crate) mod local;
 mod notifications;
 mod otp;
 mod templates;
@@ -45,6 +46,8 @@ use crate::config::{Config, DatabaseUrl};
 pub enum StoreError {
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    #[error("database error: {0}")]
+    Local(#[from] rusqlite::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("the database writer has stopped")]
@@ -63,45 +66,59 @@ pub enum Engine {
 }
 
 /// A connection of either backend. Queries take `&mut Conn` and run through the macros below,
-/// which expand to the same `sqlx` call on whichever connection it is.
+/// which expand to the same `sqlx` call on whichever connection it is, or, on the SQLite
+/// writer's own connection (`Local`), to the same statement run in place ([`local`]).
 pub enum Conn<'c> {
     Sqlite(&'c mut SqliteConnection),
     Postgres(&'c mut PgConnection),
+    Local(&'c mut rusqlite::Connection),
 }
 
 impl Conn<'_> {
     pub fn engine(&self) -> Engine {
         match self {
-            Conn::Sqlite(_) => Engine::Sqlite,
+            Conn::Sqlite(_) | Conn::Local(_) => Engine::Sqlite,
             Conn::Postgres(_) => Engine::Postgres,
         }
     }
 }
 
-/// Runs a statement; evaluates to `Result<u64, sqlx::Error>` (rows affected).
+/// Runs a statement; evaluates to `StoreResult<u64>` (rows affected).
 macro_rules! execute {
     ($conn:expr, $sql:expr $(, $bind:expr)* $(,)?) => {
         match $conn {
-            $crate::store::Conn::Sqlite(c) => {
-                sqlx::query($sql)$(.bind($bind))*.execute(&mut **c).await.map(|r| r.rows_affected())
-            }
-            $crate::store::Conn::Postgres(c) => {
-                sqlx::query($sql)$(.bind($bind))*.execute(&mut **c).await.map(|r| r.rows_affected())
+            $crate::store::Conn::Sqlite(c) => sqlx::query($sql)$(.bind($bind))*
+                .execute(&mut **c)
+                .await
+                .map(|r| r.rows_affected())
+                .map_err($crate::store::StoreError::from),
+            $crate::store::Conn::Postgres(c) => sqlx::query($sql)$(.bind($bind))*
+                .execute(&mut **c)
+                .await
+                .map(|r| r.rows_affected())
+                .map_err($crate::store::StoreError::from),
+            $crate::store::Conn::Local(c) => {
+                $crate::store::local::execute(c, $sql, &[$(&$bind as &dyn rusqlite::ToSql),*])
             }
         }
     };
 }
 
-/// Fetches rows as `$row` (a `sqlx::FromRow` type) with `fetch_one`, `fetch_optional` or
-/// `fetch_all`.
+/// Fetches rows as `$row` (a `sqlx::FromRow` type that is also a `local::FromLocalRow`) with
+/// `fetch_one`, `fetch_optional` or `fetch_all`.
 macro_rules! fetch {
     ($conn:expr, $method:ident, $row:ty, $sql:expr $(, $bind:expr)* $(,)?) => {
         match $conn {
-            $crate::store::Conn::Sqlite(c) => {
-                sqlx::query_as::<_, $row>($sql)$(.bind($bind))*.$method(&mut **c).await
-            }
-            $crate::store::Conn::Postgres(c) => {
-                sqlx::query_as::<_, $row>($sql)$(.bind($bind))*.$method(&mut **c).await
+            $crate::store::Conn::Sqlite(c) => sqlx::query_as::<_, $row>($sql)$(.bind($bind))*
+                .$method(&mut **c)
+                .await
+                .map_err($crate::store::StoreError::from),
+            $crate::store::Conn::Postgres(c) => sqlx::query_as::<_, $row>($sql)$(.bind($bind))*
+                .$method(&mut **c)
+                .await
+                .map_err($crate::store::StoreError::from),
+            $crate::store::Conn::Local(c) => {
+                $crate::store::local::$method::<$row>(c, $sql, &[$(&$bind as &dyn rusqlite::ToSql),*])
             }
         }
     };
@@ -111,11 +128,16 @@ macro_rules! fetch {
 macro_rules! scalar {
     ($conn:expr, $method:ident, $ty:ty, $sql:expr $(, $bind:expr)* $(,)?) => {
         match $conn {
-            $crate::store::Conn::Sqlite(c) => {
-                sqlx::query_scalar::<_, $ty>($sql)$(.bind($bind))*.$method(&mut **c).await
-            }
-            $crate::store::Conn::Postgres(c) => {
-                sqlx::query_scalar::<_, $ty>($sql)$(.bind($bind))*.$method(&mut **c).await
+            $crate::store::Conn::Sqlite(c) => sqlx::query_scalar::<_, $ty>($sql)$(.bind($bind))*
+                .$method(&mut **c)
+                .await
+                .map_err($crate::store::StoreError::from),
+            $crate::store::Conn::Postgres(c) => sqlx::query_scalar::<_, $ty>($sql)$(.bind($bind))*
+                .$method(&mut **c)
+                .await
+                .map_err($crate::store::StoreError::from),
+            $crate::store::Conn::Local(c) => {
+                $crate::store::local::scalar::$method::<$ty>(c, $sql, &[$(&$bind as &dyn rusqlite::ToSql),*])
             }
         }
     };
@@ -224,14 +246,16 @@ impl Store {
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
             .pragma("temp_store", "memory");
-        let mut write_conn = sqlx::ConnectOptions::connect(&options).await?;
-        SQLITE_MIGRATIONS.run(&mut write_conn).await?;
+        let mut migrating: SqliteConnection = sqlx::ConnectOptions::connect(&options).await?;
+        SQLITE_MIGRATIONS.run(&mut migrating).await?;
+        sqlx::Connection::close(migrating).await?;
+        let write_conn = local::open(path, synchronous_full)?;
         let pool = SqlitePoolOptions::new()
             .max_connections(readers)
             .min_connections(1)
             .connect_with(options.clone().read_only(true))
             .await?;
-        let writer = writer::spawn_sqlite(write_conn);
+        let writer = writer::spawn_sqlite(write_conn)?;
         Ok(Store {
             readers: Readers::Sqlite(pool),
             writer,

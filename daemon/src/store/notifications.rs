@@ -75,6 +75,26 @@ pub struct ClaimedDelivery {
     pub cycle_attempt: i64,
 }
 
+impl super::local::FromLocalRow for ClaimedDelivery {
+    fn from_local_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id: row.get("id")?,
+            tenant_id: row.get("tenant_id")?,
+            application_id: row.get("application_id")?,
+            channel: row.get("channel")?,
+            recipient: row.get("recipient")?,
+            recipient_masked: row.get("recipient_masked")?,
+            sender: row.get("sender")?,
+            subject: row.get("subject")?,
+            body: row.get("body")?,
+            html_body: row.get("html_body")?,
+            attempt_count: row.get("attempt_count")?,
+            // As `#[sqlx(default)]`: the claim's RETURNING does not select it.
+            cycle_attempt: row.get("cycle_attempt").unwrap_or_default(),
+        })
+    }
+}
+
 /// What happened to one attempt.
 #[derive(Clone, Debug)]
 pub enum AttemptResult {
@@ -109,6 +129,20 @@ pub struct NotificationRecord {
     pub updated_at: i64,
 }
 
+super::local::local_row!(NotificationRecord {
+    id,
+    tenant_id,
+    application_id,
+    channel,
+    recipient_masked,
+    status,
+    failure_reason,
+    retryable,
+    retry_count,
+    created_at,
+    updated_at
+});
+
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct AttemptRecord {
     pub attempt: i64,
@@ -118,6 +152,15 @@ pub struct AttemptRecord {
     pub provider_message_id: Option<String>,
     pub error: Option<String>,
 }
+
+super::local::local_row!(AttemptRecord {
+    attempt,
+    started_at,
+    finished_at,
+    outcome,
+    provider_message_id,
+    error
+});
 
 const CLAIM_SQLITE: &str =
     "UPDATE deliveries SET state = 'leased', locked_until = $1, cycle_attempt = cycle_attempt + 1

@@ -73,6 +73,17 @@ struct OtpRow {
     oldest_failure: Option<i64>,
 }
 
+super::local::local_row!(OtpRow {
+    recipient_key,
+    salt,
+    code_hash,
+    status,
+    failed_attempts,
+    expires_at,
+    recent_failures,
+    oldest_failure
+});
+
 /// The OTP messages an application configured (`None`: the default).
 #[derive(Clone, Debug, Default, sqlx::FromRow)]
 pub struct OtpMessages {
@@ -80,6 +91,8 @@ pub struct OtpMessages {
     pub otp_email_body: Option<String>,
     pub otp_sms_body: Option<String>,
 }
+
+super::local::local_row!(OtpMessages { otp_email_subject, otp_email_body, otp_sms_body });
 
 pub const MAX_FAILED_ATTEMPTS: i64 = 5;
 
@@ -137,7 +150,9 @@ const FAILURES_SINCE: &str = "SELECT COUNT(*), MIN(at) FROM otp_failures
 
 impl Store {
     /// Checks the send limit, claims the idempotency key (in flight) and records the transaction
-    /// as `sending`, in one transaction.
+    /// as `sent`, in one transaction, before the provider is called: a code can be verified from
+    /// the moment it may have reached its recipient. A refusal by the provider then marks it
+    /// `failed` ([`Store::fail_otp_send`]).
     pub async fn begin_otp_send(
         &self,
         otp: NewOtp,
@@ -155,7 +170,7 @@ impl Store {
                         "INSERT INTO otp_transactions
                              (id, tenant_id, application_id, channel, recipient_key, recipient_masked, salt, code_hash,
                               status, expires_at, created_at, updated_at)
-                         SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'sending', $9, $10, $10
+                         SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'sent', $9, $10, $10
                          WHERE (SELECT COUNT(*) FROM otp_transactions
                                 WHERE application_id = $3 AND recipient_key = $5 AND created_at > $11) < $12",
                         &otp.id,
@@ -192,7 +207,7 @@ impl Store {
                     "INSERT INTO otp_transactions
                          (id, tenant_id, application_id, channel, recipient_key, recipient_masked, salt, code_hash,
                           status, expires_at, created_at, updated_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'sending', $9, $10, $10)",
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'sent', $9, $10, $10)",
                     &otp.id,
                     &otp.tenant_id,
                     &otp.application_id,
@@ -210,18 +225,16 @@ impl Store {
         .await
     }
 
-    /// Records the provider's answer: `sent`, or `failed` with the reason.
-    pub async fn finish_otp_send(&self, id: &str, failure: Option<String>, now: i64) -> StoreResult<()> {
+    /// Records that the provider refused the code: the transaction is `failed`, with the reason.
+    pub async fn fail_otp_send(&self, id: &str, reason: String, now: i64) -> StoreResult<()> {
         let id = id.to_owned();
         self.write(move |conn| {
             Box::pin(async move {
-                let status = if failure.is_some() { "failed" } else { "sent" };
                 execute!(
                     conn,
-                    "UPDATE otp_transactions SET status = $2, failure_reason = $3, updated_at = $4 WHERE id = $1",
+                    "UPDATE otp_transactions SET status = 'failed', failure_reason = $2, updated_at = $3 WHERE id = $1",
                     &id,
-                    status,
-                    &failure,
+                    &reason,
                     now
                 )?;
                 Ok(())
@@ -271,6 +284,7 @@ impl Store {
                     "verified" => return Ok(VerifyOutcome::AlreadyVerified),
                     "tombstoned" => return Ok(VerifyOutcome::Tombstoned),
                     "expired" => return Ok(VerifyOutcome::Expired),
+                    // `sending`: how earlier versions recorded a send until the provider answered.
                     "sending" | "failed" => return Ok(VerifyOutcome::NotDelivered),
                     _ => {}
                 }

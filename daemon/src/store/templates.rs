@@ -14,6 +14,17 @@ pub struct TemplateRecord {
     pub updated_at: i64,
 }
 
+super::local::local_row!(TemplateRecord {
+    id,
+    tenant_id,
+    name,
+    subject,
+    body,
+    html_body,
+    created_at,
+    updated_at
+});
+
 impl Store {
     pub async fn create_template(&self, record: TemplateRecord) -> StoreResult<TemplateRecord> {
         let row = record.clone();

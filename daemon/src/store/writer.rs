@@ -6,7 +6,7 @@
 use std::{any::Any, sync::Arc};
 
 use futures_util::future::BoxFuture;
-use sqlx::{Connection, PgConnection, SqliteConnection};
+use sqlx::PgConnection;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::{Conn, StoreError, StoreResult};
@@ -121,7 +121,7 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
         };
         if let Err(e) = opened {
             broken = Some(e.to_string());
-            let _ = job.reply.send(Err(e.into()));
+            let _ = job.reply.send(Err(e));
             continue;
         }
         open_savepoint = true;
@@ -152,28 +152,57 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
 }
 
 /// Runs statements without parameters, several in one round trip.
-async fn raw(conn: &mut Conn<'_>, sql: &'static str) -> Result<(), sqlx::Error> {
+async fn raw(conn: &mut Conn<'_>, sql: &'static str) -> StoreResult<()> {
     match conn {
-        Conn::Sqlite(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(|_| ()),
-        Conn::Postgres(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(|_| ()),
+        Conn::Sqlite(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(|_| ()).map_err(StoreError::from),
+        Conn::Postgres(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(|_| ()).map_err(StoreError::from),
+        Conn::Local(c) => super::local::execute_batch(c, sql),
     }
 }
 
-/// The single SQLite writer on its own connection. `BEGIN IMMEDIATE` takes the write lock at
-/// the start, so a batch never fails half-way on SQLITE_BUSY.
-pub fn spawn_sqlite(mut connection: SqliteConnection) -> WriterHandle {
+/// Wakes a thread parked in [`block_on`].
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs a future to completion on the current (non-async) thread. On the SQLite writer's
+/// thread every database call completes in place, so an operation's future is ready at its
+/// first poll; receiving from the queue parks the thread until a job arrives.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut context = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        std::thread::park();
+    }
+}
+
+/// The single SQLite writer: its own rusqlite connection on a thread of its own, where every
+/// statement of a batch runs in place ([`super::local`]). `BEGIN IMMEDIATE` takes the write
+/// lock at the start, so a batch never fails half-way on SQLITE_BUSY.
+pub fn spawn_sqlite(mut connection: rusqlite::Connection) -> StoreResult<WriterHandle> {
     let (sender, receiver) = mpsc::channel(QUEUE);
     let handle = WriterHandle::new(sender, 1);
     let done = handle.clone();
-    tokio::spawn(async move {
-        let receiver = Mutex::new(receiver);
-        while let Some(batch) = next_batch(&receiver).await {
-            run_batch(&mut Conn::Sqlite(&mut connection), "BEGIN IMMEDIATE", batch).await;
-        }
-        let _ = connection.close().await;
-        done.task_done();
-    });
-    handle
+    std::thread::Builder::new()
+        .name("herald-sqlite-writer".to_owned())
+        .spawn(move || {
+            let receiver = Mutex::new(receiver);
+            while let Some(batch) = block_on(next_batch(&receiver)) {
+                block_on(run_batch(&mut Conn::Local(&mut connection), "BEGIN IMMEDIATE", batch));
+            }
+            drop(connection);
+            done.task_done();
+        })
+        .map_err(|e| StoreError::Open(format!("cannot start the SQLite writer: {e}")))?;
+    Ok(handle)
 }
 
 /// PostgreSQL writers: `count` tasks, each holding a pooled connection while it runs a batch.

@@ -37,6 +37,21 @@ pub struct ActivityRow {
     pub failed_attempts: i64,
 }
 
+crate::store::local::local_row!(ActivityRow {
+    transaction_id,
+    application_id,
+    application_name,
+    channel,
+    recipient_masked,
+    status,
+    failure_reason,
+    retryable,
+    retry_count,
+    created_at,
+    updated_at,
+    failed_attempts
+});
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum RetryResult {
     Queued,
@@ -147,17 +162,37 @@ macro_rules! bound {
     }};
 }
 
+/// The arguments as rusqlite parameters, for the SQLite writer's own connection.
+fn local_params(args: &[Arg]) -> Vec<&dyn rusqlite::ToSql> {
+    args.iter()
+        .map(|arg| match arg {
+            Arg::Text(s) => s as &dyn rusqlite::ToSql,
+            Arg::Int(i) => i as &dyn rusqlite::ToSql,
+        })
+        .collect()
+}
+
 /// Runs dynamic SQL (built from fixed fragments) with its numbered arguments on either backend:
-/// `dynamic!(conn, fetch_all, query_as::<Row>, sql, args)`.
+/// `dynamic!(conn, fetch_all, query_as::<Row>, sql, args)` (or `query_scalar::<T>`); evaluates
+/// to a `StoreResult`.
 macro_rules! dynamic {
-    ($conn:expr, $method:ident, $make:ident::<$ty:ty>, $sql:expr, $args:expr) => {
+    ($conn:expr, $method:ident, query_as::<$ty:ty>, $sql:expr, $args:expr) => {
+        dynamic!(@run $conn, $method, query_as::<$ty>, $sql, $args, crate::store::local::$method::<$ty>)
+    };
+    ($conn:expr, $method:ident, query_scalar::<$ty:ty>, $sql:expr, $args:expr) => {
+        dynamic!(@run $conn, $method, query_scalar::<$ty>, $sql, $args, crate::store::local::scalar::$method::<$ty>)
+    };
+    (@run $conn:expr, $method:ident, $make:ident::<$ty:ty>, $sql:expr, $args:expr, $local:path) => {
         match $conn {
-            Conn::Sqlite(c) => {
-                bound!(sqlx::$make::<_, $ty>(sqlx::AssertSqlSafe($sql)), $args).$method(&mut **c).await
-            }
-            Conn::Postgres(c) => {
-                bound!(sqlx::$make::<_, $ty>(sqlx::AssertSqlSafe($sql)), $args).$method(&mut **c).await
-            }
+            Conn::Sqlite(c) => bound!(sqlx::$make::<_, $ty>(sqlx::AssertSqlSafe($sql)), $args)
+                .$method(&mut **c)
+                .await
+                .map_err(crate::store::StoreError::from),
+            Conn::Postgres(c) => bound!(sqlx::$make::<_, $ty>(sqlx::AssertSqlSafe($sql)), $args)
+                .$method(&mut **c)
+                .await
+                .map_err(crate::store::StoreError::from),
+            Conn::Local(c) => $local(c, &$sql, &crate::store::activity::local_params(&$args)),
         }
     };
 }

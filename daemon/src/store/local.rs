@@ -1,0 +1,166 @@
+//! The SQLite writer's own connection: rusqlite, driven on the writer's thread.
+//!
+//! sqlx runs each SQLite connection on a worker thread and every statement is a message to it
+//! and an answer back; profiles of dispatch under load showed about 40 % of the daemon's CPU in
+//! those thread hand-offs. The writer runs whole batches of writes, so it holds a rusqlite
+//! connection on a thread of its own and executes every statement of a batch in place, with
+//! cached prepared statements. Reads keep sqlx's pool. Both use the same SQLite library
+//! (libsqlite3-sys), and the store's queries are written once: the `execute!`, `fetch!` and
+//! `scalar!` macros have an arm for this connection that calls the functions below.
+//!
+//! Conventions the store's SQL keeps for this arm: parameters are `$1`, `$2`, … (bound by
+//! name, so a statement may use any subset), and a `;` only ever separates statements.
+
+use rusqlite::{CachedStatement, Connection, Row, Statement, ToSql, types::FromSql};
+
+use super::{StoreError, StoreResult};
+
+/// A row type the writer can read: the rusqlite counterpart of `sqlx::FromRow`.
+pub trait FromLocalRow: Sized {
+    fn from_local_row(row: &Row<'_>) -> rusqlite::Result<Self>;
+}
+
+/// Implements [`FromLocalRow`] for a struct whose fields are its columns, by name.
+macro_rules! local_row {
+    ($ty:ty { $($field:ident),* $(,)? }) => {
+        impl $crate::store::local::FromLocalRow for $ty {
+            fn from_local_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+                Ok(Self { $($field: row.get(stringify!($field))?),* })
+            }
+        }
+    };
+}
+pub(crate) use local_row;
+
+impl<A: FromSql, B: FromSql> FromLocalRow for (A, B) {
+    fn from_local_row(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok((row.get(0)?, row.get(1)?))
+    }
+}
+
+/// The names of positional parameters, so binding never formats one.
+const NAMES: [&str; 32] = [
+    "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "$11", "$12", "$13", "$14", "$15", "$16",
+    "$17", "$18", "$19", "$20", "$21", "$22", "$23", "$24", "$25", "$26", "$27", "$28", "$29", "$30", "$31",
+    "$32",
+];
+
+/// The statements of `sql`, in order.
+fn statements(sql: &str) -> impl Iterator<Item = &str> {
+    sql.split(';').map(str::trim).filter(|s| !s.is_empty())
+}
+
+fn prepare<'c>(conn: &'c Connection, sql: &str, params: &[&dyn ToSql]) -> StoreResult<CachedStatement<'c>> {
+    let mut statement = conn.prepare_cached(sql)?;
+    bind(&mut statement, params)?;
+    Ok(statement)
+}
+
+fn bind(statement: &mut Statement<'_>, params: &[&dyn ToSql]) -> StoreResult<()> {
+    if params.len() > NAMES.len() {
+        return Err(StoreError::Open(format!("a statement takes at most {} parameters", NAMES.len())));
+    }
+    for (name, value) in NAMES.iter().zip(params) {
+        if let Some(index) = statement.parameter_index(name)? {
+            statement.raw_bind_parameter(index, value)?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `sql` (one or more statements, any rows they return ignored); the rows changed by its
+/// INSERT, UPDATE and DELETE statements themselves (not by triggers), as sqlx counts them.
+pub fn execute(conn: &Connection, sql: &str, params: &[&dyn ToSql]) -> StoreResult<u64> {
+    let mut changed = 0;
+    for part in statements(sql) {
+        let mut statement = prepare(conn, part, params)?;
+        let writes = !statement.readonly();
+        let mut rows = statement.raw_query();
+        while rows.next()?.is_some() {}
+        if writes {
+            changed += conn.changes();
+        }
+    }
+    Ok(changed)
+}
+
+/// Runs statements without parameters (transaction control).
+pub fn execute_batch(conn: &Connection, sql: &str) -> StoreResult<()> {
+    Ok(conn.execute_batch(sql)?)
+}
+
+fn rows<T>(
+    conn: &Connection,
+    sql: &str,
+    params: &[&dyn ToSql],
+    read: impl Fn(&Row<'_>) -> rusqlite::Result<T>,
+) -> StoreResult<Vec<T>> {
+    let mut out = Vec::new();
+    for part in statements(sql) {
+        let mut statement = prepare(conn, part, params)?;
+        let mut rows = statement.raw_query();
+        while let Some(row) = rows.next()? {
+            out.push(read(row)?);
+        }
+    }
+    Ok(out)
+}
+
+fn not_found() -> StoreError {
+    StoreError::Database(sqlx::Error::RowNotFound)
+}
+
+pub fn fetch_all<T: FromLocalRow>(
+    conn: &Connection,
+    sql: &str,
+    params: &[&dyn ToSql],
+) -> StoreResult<Vec<T>> {
+    rows(conn, sql, params, T::from_local_row)
+}
+
+pub fn fetch_optional<T: FromLocalRow>(
+    conn: &Connection,
+    sql: &str,
+    params: &[&dyn ToSql],
+) -> StoreResult<Option<T>> {
+    Ok(fetch_all(conn, sql, params)?.into_iter().next())
+}
+
+pub fn fetch_one<T: FromLocalRow>(conn: &Connection, sql: &str, params: &[&dyn ToSql]) -> StoreResult<T> {
+    fetch_optional(conn, sql, params)?.ok_or_else(not_found)
+}
+
+/// The first column of each row, for `scalar!`.
+pub mod scalar {
+    use rusqlite::{Connection, ToSql, types::FromSql};
+
+    use super::{StoreResult, not_found, rows};
+
+    pub fn fetch_all<T: FromSql>(conn: &Connection, sql: &str, params: &[&dyn ToSql]) -> StoreResult<Vec<T>> {
+        rows(conn, sql, params, |row| row.get(0))
+    }
+
+    pub fn fetch_optional<T: FromSql>(
+        conn: &Connection,
+        sql: &str,
+        params: &[&dyn ToSql],
+    ) -> StoreResult<Option<T>> {
+        Ok(fetch_all(conn, sql, params)?.into_iter().next())
+    }
+
+    pub fn fetch_one<T: FromSql>(conn: &Connection, sql: &str, params: &[&dyn ToSql]) -> StoreResult<T> {
+        fetch_optional(conn, sql, params)?.ok_or_else(not_found)
+    }
+}
+
+/// Opens the writer's connection with the same settings as the read pool's.
+pub fn open(path: &std::path::Path, synchronous_full: bool) -> StoreResult<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", if synchronous_full { "FULL" } else { "NORMAL" })?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.set_prepared_statement_cache_capacity(256);
+    Ok(conn)
+}
