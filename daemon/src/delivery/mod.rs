@@ -146,8 +146,10 @@ async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphoreP
     metrics::counter!("herald_delivery_attempts_total", "channel" => job.channel.clone(), "outcome" => label)
         .increment(1);
     match &result {
+        // Successes at debug: the activity feed and the metrics keep the record, and at
+        // thousands a second an info line each would flood the log.
         AttemptResult::Sent { .. } => {
-            tracing::info!(recipient = %job.recipient_masked, "delivered to the provider")
+            tracing::debug!(recipient = %job.recipient_masked, "delivered to the provider")
         }
         AttemptResult::Retry { error, .. } => {
             tracing::info!(recipient = %job.recipient_masked, %error, "transient failure; will retry")

@@ -212,8 +212,9 @@ async fn deliver_code(
     drop(outgoing);
     let (status_code, body, result) = match delivered {
         Ok(_) => {
-            state.store.finish_otp_send(id.as_str(), None, state.clock.now_millis()).await?;
-            tracing::info!(transaction_id = %id, %channel, recipient = %masked, "OTP sent");
+            // Recorded as sent before the call: nothing to write for a success.
+            // At debug, as deliveries: the activity feed and the metric keep the record.
+            tracing::debug!(transaction_id = %id, %channel, recipient = %masked, "OTP sent");
             metrics::counter!("herald_otp_total", "event" => "sent").increment(1);
             let out = OtpSendOut {
                 status: "sent".to_owned(),
@@ -228,7 +229,7 @@ async fn deliver_code(
             let reason = match e {
                 SendError::Transient { reason, .. } | SendError::Permanent { reason } => reason,
             };
-            state.store.finish_otp_send(id.as_str(), Some(reason.clone()), state.clock.now_millis()).await?;
+            state.store.fail_otp_send(id.as_str(), reason.clone(), state.clock.now_millis()).await?;
             tracing::warn!(transaction_id = %id, %channel, recipient = %masked, error = %reason, "OTP delivery failed");
             metrics::counter!("herald_otp_total", "event" => "failed").increment(1);
             let error = ApiError::new(
