@@ -48,44 +48,44 @@ pub async fn run(
     make: MakeRequest,
     on_success: Arc<dyn Fn(usize, Instant) + Send + Sync>,
 ) -> Report {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(concurrency)
-        .http1_only()
-        .build()
-        .expect("an HTTP client");
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..concurrency {
-        let (client, next, make, on_success) =
-            (client.clone(), next.clone(), make.clone(), on_success.clone());
+        let (next, make, on_success) = (next.clone(), make.clone(), on_success.clone());
         let base = base.to_owned();
         let token = token.map(str::to_owned);
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut errors = 0;
+            let mut connection = None;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total {
                     break;
                 }
                 let (method, path, body) = make(i);
-                let mut request = client.request(method, format!("{base}{path}"));
-                if let Some(token) = &token {
-                    request = request.bearer_auth(token);
-                }
-                if let Some(body) = &body {
-                    request = request.json(body);
-                }
+                let body = body.map(|b| serde_json::to_vec(&b).unwrap_or_default());
                 let sent = Instant::now();
-                match request.send().await {
-                    Ok(response) if response.status().is_success() => {
-                        let _ = response.bytes().await;
+                if connection.is_none() {
+                    connection = crate::http::Connection::open(&base).await.ok();
+                }
+                let Some(conn) = connection.as_mut() else {
+                    errors += 1;
+                    continue;
+                };
+                match conn.send(method.as_str(), &path, token.as_deref(), body.as_deref()).await {
+                    Ok((status, _)) if (200..300).contains(&status) => {
                         let done = Instant::now();
                         latencies.push(done - sent);
                         on_success(i, done);
                     }
-                    _ => errors += 1,
+                    Ok(_) => errors += 1,
+                    Err(_) => {
+                        // The connection is in an unknown state: open a new one next time.
+                        connection = None;
+                        errors += 1;
+                    }
                 }
             }
             (latencies, errors)

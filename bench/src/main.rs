@@ -8,6 +8,7 @@
 //! 1 (`taskset -c 1 target/release/herald-bench …`), as the floors in PERFORMANCE.md were taken.
 
 mod activity;
+mod http;
 mod load;
 mod smtp;
 mod streams;
@@ -122,11 +123,7 @@ async fn start_daemon(
             .env("HERALD_SMTP_URL", format!("smtp+plain://127.0.0.1:{smtp_port}"))
             .env("HERALD_LISTEN", "127.0.0.1:0")
             .env("HERALD_LOG_FORMAT", "json")
-            .env(
-                "HERALD_LOG",
-                std::env::var("HERALD_BENCH_LOG")
-                    .unwrap_or_else(|_| "warn,herald_daemon=info,herald_daemon::delivery=warn".into()),
-            );
+            .env("HERALD_LOG", std::env::var("HERALD_BENCH_LOG").unwrap_or_else(|_| "info".into()));
     };
     let mut admin = tokio::process::Command::new(binary);
     env(&mut admin);
@@ -208,15 +205,17 @@ async fn otp(
     let nothing: Arc<dyn Fn(usize, Instant) + Send + Sync> = Arc::new(|_, _| {});
     let health: load::MakeRequest = Arc::new(|_| (Method::GET, "/healthz".into(), None));
     let floor = load::run(&d.url, None, pairs * 2, concurrency, health, nothing.clone()).await;
-    let client = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build()?;
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..concurrency {
-        let (client, next, url, key) = (client.clone(), next.clone(), d.url.clone(), d.boot.api_key.clone());
+        let (next, url, key) = (next.clone(), d.url.clone(), d.boot.api_key.clone());
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut errors = 0usize;
+            let Ok(mut conn) = http::Connection::open(&url).await else {
+                return (latencies, pairs);
+            };
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if i >= pairs {
@@ -224,16 +223,12 @@ async fn otp(
                 }
                 let code = format!("bench-{i}");
                 let began = Instant::now();
-                let sent = client
-                    .post(format!("{url}/api/v1/otp/send"))
-                    .bearer_auth(&key)
-                    .json(&json!({"channel": "sms", "recipient": format!("+1415{:07}", i), "code": code}))
-                    .send()
+                let send = json!({"channel": "sms", "recipient": format!("+1415{:07}", i), "code": code});
+                let sent = conn
+                    .send("POST", "/api/v1/otp/send", Some(&key), Some(&send.to_string().into_bytes()))
                     .await;
                 let transaction = match sent {
-                    Ok(r) if r.status().is_success() => r
-                        .json::<serde_json::Value>()
-                        .await
+                    Ok((200, body)) => serde_json::from_slice::<serde_json::Value>(&body)
                         .ok()
                         .and_then(|v| v["transaction_id"].as_str().map(str::to_owned)),
                     _ => None,
@@ -242,14 +237,9 @@ async fn otp(
                     errors += 1;
                     continue;
                 };
-                let verified = client
-                    .post(format!("{url}/api/v1/otp/verify"))
-                    .bearer_auth(&key)
-                    .json(&json!({"transaction_id": transaction, "code": code}))
-                    .send()
-                    .await;
-                match verified {
-                    Ok(r) if r.status().is_success() => latencies.push(began.elapsed()),
+                let verify = json!({"transaction_id": transaction, "code": code}).to_string().into_bytes();
+                match conn.send("POST", "/api/v1/otp/verify", Some(&key), Some(&verify)).await {
+                    Ok((200, _)) => latencies.push(began.elapsed()),
                     _ => errors += 1,
                 }
             }
