@@ -125,43 +125,51 @@ pub async fn run(
     let after = rss_kib(pid);
     let per_stream = (after.saturating_sub(before)) as f64 / connected.max(1) as f64;
 
-    // A steady rate of in-app notifications to random connected users.
-    let client = reqwest::Client::builder().pool_max_idle_per_host(64).build()?;
+    // A steady rate of in-app notifications to random connected users: one every 1/rate s,
+    // handed to a pool of keep-alive connections (so a slow answer never holds back the next).
     let total = rate * seconds as usize;
-    let tick = Duration::from_millis(10);
-    let per_tick = (rate / 100).max(1);
-    let mut interval = tokio::time::interval(tick);
-    let mut index = 0;
-    let mut requests = Vec::with_capacity(total);
-    let started = Instant::now();
-    while index < total {
-        interval.tick().await;
-        for _ in 0..per_tick {
-            if index >= total {
-                break;
-            }
-            let user = rand::rng().random_range(0..connected.max(1));
-            let body = serde_json::json!({"channel": "in_app", "recipient": format!("user-{user}"), "title": format!("b-{index}"), "body": "bench"});
-            if let Ok(mut m) = sent.lock() {
-                m.insert(index, Instant::now());
-            }
-            let request =
-                client.post(format!("{url}/api/v1/notifications")).bearer_auth(&boot.api_key).json(&body);
-            requests.push(tokio::spawn(async move {
+    let period = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let (jobs, queue) = tokio::sync::mpsc::unbounded_channel::<(usize, Vec<u8>)>();
+    let queue = Arc::new(tokio::sync::Mutex::new(queue));
+    let mut senders = Vec::new();
+    for _ in 0..32 {
+        let (queue, url, key) = (queue.clone(), url.to_owned(), boot.api_key.clone());
+        senders.push(tokio::spawn(async move {
+            let mut answered = Vec::new();
+            let mut accepted = 0usize;
+            let mut conn = crate::http::Connection::open(&url).await.ok();
+            loop {
+                let Some((_, body)) = queue.lock().await.recv().await else { break };
                 let at = Instant::now();
-                let ok = request.send().await.map(|r| r.status().is_success()).unwrap_or(false);
-                (ok, at.elapsed())
-            }));
-            index += 1;
-        }
+                let Some(c) = conn.as_mut() else { continue };
+                match c.send("POST", "/api/v1/notifications", Some(&key), Some(&body)).await {
+                    Ok((status, _)) => accepted += usize::from((200..300).contains(&status)),
+                    Err(_) => conn = crate::http::Connection::open(&url).await.ok(),
+                }
+                answered.push(at.elapsed());
+            }
+            (accepted, answered)
+        }));
     }
+    let mut interval = tokio::time::interval(period);
+    let started = Instant::now();
+    for index in 0..total {
+        interval.tick().await;
+        let user = rand::rng().random_range(0..connected.max(1));
+        let body = serde_json::json!({"channel": "in_app", "recipient": format!("user-{user}"), "title": format!("b-{index}"), "body": "bench"});
+        if let Ok(mut m) = sent.lock() {
+            m.insert(index, Instant::now());
+        }
+        let _ = jobs.send((index, body.to_string().into_bytes()));
+    }
+    drop(jobs);
     let sending = started.elapsed();
     let mut accepted = 0;
-    let mut answered = Vec::with_capacity(requests.len());
-    for request in requests {
-        if let Ok((ok, took)) = request.await {
-            accepted += usize::from(ok);
-            answered.push(took);
+    let mut answered = Vec::with_capacity(total);
+    for sender in senders {
+        if let Ok((ok, took)) = sender.await {
+            accepted += ok;
+            answered.extend(took);
         }
     }
     answered.sort();
