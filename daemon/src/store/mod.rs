@@ -245,7 +245,8 @@ impl Store {
             .synchronous(if synchronous_full { SqliteSynchronous::Full } else { SqliteSynchronous::Normal })
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
-            .pragma("temp_store", "memory");
+            .pragma("temp_store", "memory")
+            .pragma("cache_size", "-16384");
         let mut migrating: SqliteConnection = sqlx::ConnectOptions::connect(&options).await?;
         SQLITE_MIGRATIONS.run(&mut migrating).await?;
         sqlx::Connection::close(migrating).await?;
@@ -255,7 +256,7 @@ impl Store {
             .min_connections(1)
             .connect_with(options.clone().read_only(true))
             .await?;
-        let writer = writer::spawn_sqlite(write_conn)?;
+        let writer = writer::spawn_sqlite(write_conn, local::open(path, synchronous_full)?)?;
         Ok(Store {
             readers: Readers::Sqlite(pool),
             writer,

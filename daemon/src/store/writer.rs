@@ -184,13 +184,37 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
+/// How often the checkpointer copies the WAL back into the database file.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The single SQLite writer: its own rusqlite connection on a thread of its own, where every
 /// statement of a batch runs in place ([`super::local`]). `BEGIN IMMEDIATE` takes the write
 /// lock at the start, so a batch never fails half-way on SQLITE_BUSY.
-pub fn spawn_sqlite(mut connection: rusqlite::Connection) -> StoreResult<WriterHandle> {
+///
+/// WAL checkpoints run on a second connection and thread (`checkpointer`), so copying pages
+/// into the database file and its fsync never sit inside a commit that callers wait on. The
+/// writer keeps SQLite's automatic checkpoint only as a backstop (at 64 MiB of WAL).
+pub fn spawn_sqlite(
+    mut connection: rusqlite::Connection,
+    checkpointer: rusqlite::Connection,
+) -> StoreResult<WriterHandle> {
+    connection.pragma_update(None, "wal_autocheckpoint", 16_384)?;
     let (sender, receiver) = mpsc::channel(QUEUE);
     let handle = WriterHandle::new(sender, 1);
     let done = handle.clone();
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("herald-sqlite-checkpoint".to_owned())
+        .spawn(move || {
+            // Ends when the writer drops `stop`.
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(CHECKPOINT_EVERY)
+            {
+                if let Err(e) = checkpointer.execute_batch("PRAGMA wal_checkpoint(PASSIVE)") {
+                    tracing::warn!(error = %e, "SQLite WAL checkpoint failed");
+                }
+            }
+        })
+        .map_err(|e| StoreError::Open(format!("cannot start the SQLite checkpointer: {e}")))?;
     std::thread::Builder::new()
         .name("herald-sqlite-writer".to_owned())
         .spawn(move || {
@@ -198,6 +222,7 @@ pub fn spawn_sqlite(mut connection: rusqlite::Connection) -> StoreResult<WriterH
             while let Some(batch) = block_on(next_batch(&receiver)) {
                 block_on(run_batch(&mut Conn::Local(&mut connection), "BEGIN IMMEDIATE", batch));
             }
+            drop(stop);
             drop(connection);
             done.task_done();
         })
