@@ -218,8 +218,12 @@ pub(super) async fn notify(
     item: Option<&str>,
 ) -> StoreResult<()> {
     if conn.engine() == Engine::Postgres {
-        let payload = serde_json::json!({"a": app, "u": user, "i": item}).to_string();
-        execute!(conn, "SELECT pg_notify('herald_inbox', $1)", &payload)?;
+        execute!(conn, "SELECT pg_notify('herald_inbox', $1)", notify_payload(app, user, item))?;
     }
     Ok(())
+}
+
+/// The `herald_inbox` NOTIFY payload: application, user and, for a changed item, its id.
+pub(super) fn notify_payload(app: &str, user: &str, item: Option<&str>) -> String {
+    serde_json::json!({"a": app, "u": user, "i": item}).to_string()
 }

@@ -419,7 +419,8 @@ const QUEUE_POSTGRES: &str = "WITH n AS (INSERT INTO notifications
      INSERT INTO deliveries (notification_id, state, next_attempt_at) SELECT id, 'pending', $16 FROM n";
 
 /// An in-app notification, its inbox item numbered from the user's sequence, and its one
-/// `delivered` attempt, in one round trip.
+/// `delivered` attempt, in one round trip; on PostgreSQL the same statement also sends the
+/// `herald_inbox` NOTIFY (see [`super::inbox::notify`]).
 const INBOX_SQLITE: &str = "INSERT INTO notifications
          (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
           html_body, data, template_id, status, attempt_count, created_at, updated_at)
@@ -440,9 +441,10 @@ const INBOX_POSTGRES: &str = "WITH n AS (INSERT INTO notifications
          ON CONFLICT (application_id, user_id) DO UPDATE SET last_seq = inbox_sequences.last_seq + 1
          RETURNING last_seq),
      i AS (INSERT INTO inbox_items (id, application_id, user_id, seq, notification_id, title, body, data, created_at, updated_at)
-         SELECT $17, $3, $5, s.last_seq, n.id, $18, $10, $12, $16, $16 FROM s, n RETURNING id)
-     INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)
-         SELECT n.id, 1, $16, $16, 'delivered', i.id FROM n, i";
+         SELECT $17, $3, $5, s.last_seq, n.id, $18, $10, $12, $16, $16 FROM s, n RETURNING id),
+     d AS (INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)
+         SELECT n.id, 1, $16, $16, 'delivered', i.id FROM n, i RETURNING 1)
+     SELECT pg_notify('herald_inbox', $19) FROM d";
 
 async fn insert_notification(conn: &mut Conn<'_>, n: &NewNotification) -> StoreResult<()> {
     let in_app = n.channel == Channel::InApp;
@@ -465,9 +467,10 @@ async fn insert_notification(conn: &mut Conn<'_>, n: &NewNotification) -> StoreR
             )
         };
     }
-    if in_app {
+    if in_app && conn.engine() == Engine::Postgres {
+        insert!(&inbox_id, title, super::inbox::notify_payload(&n.application_id, &n.recipient, None))?;
+    } else if in_app {
         insert!(&inbox_id, title)?;
-        super::inbox::notify(conn, &n.application_id, &n.recipient, None).await?;
     } else {
         insert!()?;
     }
