@@ -15,6 +15,15 @@ async fn open(backend: Backend, dir: &std::path::Path) -> (Store, String) {
     (open_url(&url).await, url)
 }
 
+/// A fresh store holding one tenant with one application.
+async fn open_with_application(backend: Backend, dir: &std::path::Path) -> (Store, ApplicationId) {
+    let (store, _) = open(backend, dir).await;
+    let tenant = store.create_tenant("T".into()).await.unwrap();
+    let app =
+        store.create_application(&TenantId::parse(&tenant.id).unwrap(), "A".into()).await.unwrap().unwrap();
+    (store, ApplicationId::parse(&app.id).unwrap())
+}
+
 async fn open_url(url: &str) -> Store {
     let config =
         Layers::new().env([("HERALD_DATABASE_URL".to_owned(), url.to_owned())]).build(false).unwrap();
@@ -63,11 +72,7 @@ both_backends!(credentials_round_trip_on_each_backend, credentials_round_trip);
 /// back only itself.
 async fn group_commit_isolates_failures(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let (store, _) = open(backend, dir.path()).await;
-    let tenant = store.create_tenant("T".into()).await.unwrap();
-    let app =
-        store.create_application(&TenantId::parse(&tenant.id).unwrap(), "A".into()).await.unwrap().unwrap();
-    let app_id = ApplicationId::parse(&app.id).unwrap();
+    let (store, app_id) = open_with_application(backend, dir.path()).await;
     let mut tasks = Vec::new();
     for i in 0..400 {
         let store = store.clone();
@@ -94,6 +99,38 @@ async fn group_commit_isolates_failures(backend: Backend) {
     store.close().await;
 }
 both_backends!(group_commit_isolates_failures_on_each_backend, group_commit_isolates_failures);
+
+/// Failing writes submitted ahead of succeeding ones, so that batches often begin with a failure
+/// (the writer then restarts the transaction instead of using a savepoint): every failure leaves
+/// the existing rows alone and every success commits.
+async fn failures_first_in_a_batch(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, app_id) = open_with_application(backend, dir.path()).await;
+    let mut taken = Vec::new();
+    for i in 0..100 {
+        taken.push(store.create_api_key(&app_id, format!("taken-{i}"), &[]).await.unwrap().unwrap());
+    }
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        for hash in [format!("taken-{i}"), format!("fresh-{i}")] {
+            let (store, app_id) = (store.clone(), app_id.clone());
+            tasks.push(tokio::spawn(async move { store.create_api_key(&app_id, hash, &[]).await }));
+        }
+    }
+    let outcomes: Vec<bool> = futures_util::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| matches!(r.unwrap(), Ok(Some(_))))
+        .collect();
+    assert!(outcomes.chunks(2).all(|pair| pair == [false, true]), "{outcomes:?}");
+    for (i, id) in taken.iter().enumerate() {
+        let kept = store.find_api_key(&format!("taken-{i}")).await.unwrap().unwrap();
+        assert_eq!(&KeyId::parse(&kept.id).unwrap(), id);
+        assert!(store.find_api_key(&format!("fresh-{i}")).await.unwrap().is_some());
+    }
+    store.close().await;
+}
+both_backends!(failures_first_in_a_batch_on_each_backend, failures_first_in_a_batch);
 
 /// Opening a migrated database again applies nothing and keeps the data.
 async fn reopening_keeps_data(backend: Backend) {

@@ -4,7 +4,7 @@
 //! branch on [`Conn::engine`].
 //!
 //! Writes go through [`writer`]: a task that owns a connection and runs many callers' writes in
-//! one transaction (group commit, each caller's work in its own savepoint), answering each caller
+//! one transaction (group commit, each caller's work isolated by a savepoint), answering each caller
 //! only after the commit. SQLite has one such writer (it has one write lock anyway); PostgreSQL
 //! has several. Reads use a separate pool.
 
@@ -307,7 +307,7 @@ impl Store {
     }
 
     /// Runs `op` inside a write transaction (shared with other callers' writes, isolated from
-    /// them by a savepoint) and returns its result once the transaction has committed. If `op`
+    /// them by a savepoint or, for a batch's first operation, by restarting the transaction) and returns its result once the transaction has committed. If `op`
     /// fails, its own changes are rolled back and the others' are not affected.
     pub async fn write<R, F>(&self, op: F) -> StoreResult<R>
     where
