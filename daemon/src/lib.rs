@@ -96,6 +96,7 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
         delivery_wake: Arc::new(tokio::sync::Notify::new()),
         clock: Arc::new(clock::Clock::default()),
         hub: Arc::new(stream::Hub::default()),
+        daemon_id: format!("dmn_{}", crate::secret::random_token(12)).into(),
         shutdown: CancellationToken::new(),
         openapi: Arc::new(OnceLock::new()),
     })
@@ -114,6 +115,8 @@ pub async fn serve(
     let domain_checks = tokio::spawn(service::domains::run_checks(state.clone(), background.clone()));
     let counters = tokio::spawn(service::fold_activity_counts(state.clone(), background.clone()));
     let listener_task = tokio::spawn(stream::listener::run(state.clone(), background.clone()));
+    stream::register_daemon(&state).await?;
+    let stream_daemon = tokio::spawn(stream::renew_daemon(state.clone(), background.clone()));
     // Streams end when the daemon is asked to stop, so graceful shutdown never waits on them.
     let streams_end = state.shutdown.clone();
     let stop = shutdown.clone();
@@ -135,6 +138,10 @@ pub async fn serve(
     let _ = domain_checks.await;
     let _ = counters.await;
     let _ = listener_task.await;
+    let _ = stream_daemon.await;
+    if let Err(e) = state.store.close_stream_daemon(&state.daemon_id).await {
+        tracing::warn!(error = %e, "cannot remove this daemon's streams from the database");
+    }
     state.store.close().await;
     tracing::info!("heraldd stopped");
     Ok(())

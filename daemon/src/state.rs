@@ -32,6 +32,8 @@ pub struct AppState {
     pub clock: Arc<crate::clock::Clock>,
     /// Connected streams.
     pub hub: Arc<crate::stream::Hub>,
+    /// This daemon's id among those sharing the database (`open_streams.daemon_id`).
+    pub daemon_id: Arc<str>,
     /// Cancelled when the daemon stops: open streams end so shutdown does not wait on them.
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Wakes the delivery workers when a dispatch commits.

@@ -169,3 +169,59 @@ async fn close_drains_the_writer(backend: Backend) {
     reopened.close().await;
 }
 both_backends!(close_drains_the_writer_on_each_backend, close_drains_the_writer);
+
+/// The per-user stream limit over every daemon sharing the database: streams count while their
+/// daemon's registration is alive; a daemon that stops takes its streams with it, and one that
+/// lapsed (killed) stops counting and is cleaned up.
+async fn open_streams_are_counted_across_daemons(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(backend, dir.path()).await;
+    let now = 1_000_000;
+    store.renew_stream_daemon("dmn_a", now + 30_000).await.unwrap();
+    store.renew_stream_daemon("dmn_b", now + 30_000).await.unwrap();
+    let open = |connection: String, daemon: &'static str| {
+        let store = store.clone();
+        async move { store.open_stream("app", "ann", &connection, daemon, 10, now).await.unwrap() }
+    };
+    // Twenty concurrent claims through two daemons: exactly ten win.
+    let claims: Vec<_> =
+        (0..20).map(|i| open(format!("con_{i}"), if i % 2 == 0 { "dmn_a" } else { "dmn_b" })).collect();
+    let won = futures_util::future::join_all(claims).await.into_iter().filter(|&w| w).count();
+    assert_eq!(won, 10);
+    assert!(!open("con_x".into(), "dmn_a").await, "the 11th is refused");
+    assert!(store.open_stream("app", "bob", "con_bob", "dmn_a", 10, now).await.unwrap(), "per user");
+    assert!(store.open_stream("other", "ann", "con_o", "dmn_a", 10, now).await.unwrap(), "per application");
+
+    // Streams that end free their slots.
+    for i in 0..20 {
+        store.close_stream(&format!("con_{i}")).await.unwrap();
+    }
+    for i in 0..10 {
+        assert!(open(format!("con_again_{i}"), if i < 6 { "dmn_a" } else { "dmn_b" }).await);
+    }
+    assert!(!open("con_y".into(), "dmn_b").await);
+
+    // Daemon B stops: its four go at once.
+    store.close_stream_daemon("dmn_b").await.unwrap();
+    for i in 0..4 {
+        assert!(open(format!("con_after_b_{i}"), "dmn_a").await);
+    }
+    assert!(!open("con_z".into(), "dmn_a").await);
+
+    // Daemon A lapses (not renewed past its lease): its streams no longer count, and the
+    // cleanup deletes them; a renewed daemon's streams are kept.
+    store.renew_stream_daemon("dmn_c", now + 120_000).await.unwrap();
+    assert!(store.open_stream("app", "cat", "con_cat", "dmn_c", 10, now).await.unwrap());
+    let later = now + 60_000;
+    assert!(store.open_stream("app", "ann", "con_late", "dmn_c", 10, later).await.unwrap());
+    assert_eq!(store.delete_lapsed_streams(later).await.unwrap(), 12, "ann's ten and bob's and other's on A");
+    for i in 1..10 {
+        assert!(store.open_stream("app", "cat", &format!("con_cat_{i}"), "dmn_c", 10, later).await.unwrap());
+    }
+    assert!(!store.open_stream("app", "cat", "con_cat_x", "dmn_c", 10, later).await.unwrap());
+    store.close().await;
+}
+both_backends!(
+    open_streams_are_counted_across_daemons_on_each_backend,
+    open_streams_are_counted_across_daemons
+);

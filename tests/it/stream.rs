@@ -333,6 +333,21 @@ async fn several_daemons_on_one_postgres() {
         ("notification.updated", Some(true))
     );
     assert!(started.elapsed() < Duration::from_secs(2));
+
+    // The ten-stream limit holds over both daemons.
+    let token = key_b.user_token("crowd", None).await.unwrap().token;
+    let mut open = Vec::new();
+    for i in 0..10 {
+        let url = if i < 6 { &a.url } else { &b.url };
+        open.push(SseClient::connect(url, &token, None).await.expect("ten streams are fine"));
+    }
+    for url in [&a.url, &b.url] {
+        let refused = SseClient::connect(url, &token, None).await.err().expect("the 11th is refused");
+        assert_eq!(refused.status, 429);
+    }
+    drop(open.pop()); // one held by B
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    SseClient::connect(&a.url, &token, None).await.expect("a slot freed on B can be used on A");
     assert!(Scope::ALL.contains(&Scope::UsersToken));
     let _ = ErrorCode::RateLimited;
 }

@@ -21,6 +21,7 @@ use crate::{
     error::{ApiError, ApiResult},
     state::AppState,
     store::{Engine as StoreEngine, InboxPage, InboxRecord},
+    stream::StreamLease,
     stream::inbox::{InboxStream, start_for},
 };
 
@@ -187,13 +188,17 @@ async fn stream(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let (app, user_id) = (user.application_id.to_string(), user.user_id.clone());
-    // Subscribe before reading, so nothing committed from here on can be missed.
-    let subscription = state.hub.subscribe(&app, &user_id).ok_or_else(|| {
+    let too_many = || {
         ApiError::rate_limited(
             format!("This user already has {} open streams.", crate::stream::MAX_STREAMS_PER_USER),
             5_000,
         )
-    })?;
+    };
+    // Subscribe before reading, so nothing committed from here on can be missed. The hub counts
+    // this daemon's streams; the lease counts them over every daemon sharing the database.
+    let mut subscription = state.hub.subscribe(&app, &user_id).ok_or_else(too_many)?;
+    let lease = StreamLease::claim(&state, &app, &user_id, &subscription).await?.ok_or_else(too_many)?;
+    subscription.lease = Some(lease);
     let newest = state.store.inbox_last_seq(&app, &user_id).await?;
     let unread = u64::try_from(state.store.unread_count(&app, &user_id).await?).unwrap_or(0);
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());

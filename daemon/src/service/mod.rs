@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use crate::state::AppState;
 
 /// Periodic upkeep, every ten minutes: activity counters that reached zero, expired idempotency
-/// keys, and OTP failure records older than the longest limit window are deleted.
+/// keys, OTP failure records older than the longest limit window, and the open-stream records of
+/// daemons that stopped without saying so are deleted.
 pub async fn housekeeping(state: AppState, shutdown: CancellationToken) {
     let mut every = tokio::time::interval(Duration::from_secs(600));
     loop {
@@ -32,6 +33,11 @@ pub async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         }
         if let Err(e) = state.store.prune_activity_counts().await {
             tracing::warn!(error = %e, "cannot prune the activity counters");
+        }
+        match state.store.delete_lapsed_streams(state.clock.now_millis()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(streams = n, "deleted the streams of daemons that stopped renewing"),
+            Err(e) => tracing::warn!(error = %e, "cannot delete lapsed streams"),
         }
     }
 }

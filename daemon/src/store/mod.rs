@@ -16,6 +16,7 @@ mod inbox;
 pub(crate) mod local;
 mod notifications;
 mod otp;
+mod streams;
 mod templates;
 mod writer;
 

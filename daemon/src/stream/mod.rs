@@ -16,11 +16,20 @@ use std::{
     },
 };
 
+use std::time::Duration;
+
 use herald_common::ids::ConnectionId;
 use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
 
-/// Streams one user may hold at once.
+use crate::{state::AppState, store::StoreResult};
+
+/// Streams one user may hold at once, over every daemon sharing the database.
 pub const MAX_STREAMS_PER_USER: usize = 10;
+/// How often a daemon renews its row in `stream_daemons`, and how long a renewal lasts: the
+/// streams of a daemon that was killed stop counting toward the limit within this lease.
+const DAEMON_RENEW_EVERY: Duration = Duration::from_secs(10);
+const DAEMON_LEASE: Duration = Duration::from_secs(30);
 /// Changed items a connection may have waiting before it is told to resync (read-all on a large
 /// inbox must fit).
 const UPDATE_QUEUE: usize = 4096;
@@ -49,6 +58,8 @@ pub struct Subscription {
     key: UserKey,
     pub subscriber: Arc<Subscriber>,
     pub updates: mpsc::Receiver<String>,
+    /// The stream's record in the database, for the limit across daemons (set once claimed).
+    pub lease: Option<StreamLease>,
 }
 
 impl Drop for Subscription {
@@ -83,7 +94,7 @@ impl Hub {
         });
         list.push(subscriber.clone());
         metrics::gauge!("herald_streams_open").increment(1.0);
-        Some(Subscription { hub: self.clone(), key, subscriber, updates: receiver })
+        Some(Subscription { hub: self.clone(), key, subscriber, updates: receiver, lease: None })
     }
 
     fn subscribers(&self, app: &str, user: &str) -> Vec<Arc<Subscriber>> {
@@ -128,5 +139,65 @@ impl Hub {
 impl Drop for Subscriber {
     fn drop(&mut self) {
         metrics::gauge!("herald_streams_open").decrement(1.0);
+    }
+}
+
+/// Registers this daemon as alive, so that its streams count toward users' limits.
+pub async fn register_daemon(state: &AppState) -> StoreResult<()> {
+    let until = state.clock.now_millis() + DAEMON_LEASE.as_millis() as i64;
+    state.store.renew_stream_daemon(&state.daemon_id, until).await
+}
+
+/// Renews this daemon's registration until `shutdown`.
+pub async fn renew_daemon(state: AppState, shutdown: CancellationToken) {
+    let mut every = tokio::time::interval(DAEMON_RENEW_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        if let Err(e) = register_daemon(&state).await {
+            tracing::warn!(error = %e, "cannot renew this daemon's stream registration");
+        }
+    }
+}
+
+/// A stream's record in `open_streams`; dropping it (the stream ended) deletes the record.
+pub struct StreamLease {
+    store: crate::store::Store,
+    connection_id: String,
+}
+
+impl StreamLease {
+    /// Claims a slot for `subscription`'s stream among `user`'s streams on every daemon; `None`
+    /// when the user already has [`MAX_STREAMS_PER_USER`].
+    pub async fn claim(
+        state: &AppState,
+        app: &str,
+        user: &str,
+        subscription: &Subscription,
+    ) -> StoreResult<Option<Self>> {
+        let connection_id = subscription.subscriber.connection_id.to_string();
+        let now = state.clock.now_millis();
+        let claimed = state
+            .store
+            .open_stream(app, user, &connection_id, &state.daemon_id, MAX_STREAMS_PER_USER, now)
+            .await?;
+        Ok(claimed.then(|| Self { store: state.store.clone(), connection_id }))
+    }
+}
+
+impl Drop for StreamLease {
+    fn drop(&mut self) {
+        let (store, id) = (self.store.clone(), std::mem::take(&mut self.connection_id));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = store.close_stream(&id).await {
+                    // At shutdown the daemon deletes all of its streams' records anyway.
+                    tracing::debug!(error = %e, connection_id = %id, "cannot delete a stream's record");
+                }
+            });
+        }
     }
 }
