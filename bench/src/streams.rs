@@ -44,6 +44,8 @@ fn user_token(boot: &Bootstrapped, user: &str) -> String {
 }
 
 type Sent = Arc<Mutex<HashMap<usize, Instant>>>;
+/// Each event's latency with the time its notification was sent.
+type Latencies = Arc<Mutex<Vec<(Duration, Instant)>>>;
 
 /// Opens one stream and reports `notification.created` latencies until the connection ends.
 async fn hold_stream(
@@ -51,7 +53,7 @@ async fn hold_stream(
     token: String,
     ready: Arc<AtomicUsize>,
     sent: Sent,
-    latencies: Arc<Mutex<Vec<Duration>>>,
+    latencies: Latencies,
 ) -> std::io::Result<()> {
     let mut stream = TcpStream::connect(&addr).await?;
     let request = format!(
@@ -78,7 +80,7 @@ async fn hold_stream(
             if let Some(sent_at) = index.and_then(|i| sent.lock().ok().and_then(|m| m.get(&i).copied()))
                 && let Ok(mut l) = latencies.lock()
             {
-                l.push(at - sent_at);
+                l.push((at - sent_at, sent_at));
             }
         }
     }
@@ -98,7 +100,7 @@ pub async fn run(
     let before = rss_kib(pid);
     let ready = Arc::new(AtomicUsize::new(0));
     let sent: Sent = Arc::default();
-    let latencies: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let latencies: Latencies = Arc::default();
     let connecting = Instant::now();
     let give_up = connecting + Duration::from_secs(120);
     for i in 0..streams {
@@ -174,8 +176,9 @@ pub async fn run(
     }
     answered.sort();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut latencies = latencies.lock().map(|l| l.clone()).unwrap_or_default();
-    latencies.sort();
+    let mut timed = latencies.lock().map(|l| l.clone()).unwrap_or_default();
+    timed.sort();
+    let latencies: Vec<Duration> = timed.iter().map(|(l, _)| *l).collect();
     let pct = |p: f64| crate::load::percentile(&latencies, p).as_secs_f64() * 1000.0;
     println!(
         "\nSQLite, {streams} streams requested, {connected} connected in {:.1} s\n",
@@ -202,6 +205,24 @@ pub async fn run(
         pct(50.0),
         pct(99.0),
         pct(100.0)
+    );
+    // Where the slowest events were sent, for telling a stall from a spread-out tail.
+    let slow: Vec<String> = timed
+        .iter()
+        .rev()
+        .take(5)
+        .map(|(l, at)| {
+            format!(
+                "{:.1} ms at +{:.3} s",
+                l.as_secs_f64() * 1000.0,
+                at.duration_since(started).as_secs_f64()
+            )
+        })
+        .collect();
+    println!(
+        "
+slowest events: {}",
+        slow.join(", ")
     );
     Ok(())
 }
