@@ -35,6 +35,12 @@ pub fn new_body() -> String {
     encode_base32(uuid::Uuid::now_v7().as_u128())
 }
 
+/// The smallest id body of time `millis` (Unix milliseconds): every body made at that time or
+/// later sorts after it, every body made earlier before it.
+pub fn body_at_millis(millis: u64) -> String {
+    encode_base32(uuid::Builder::from_unix_timestamp_millis(millis, &[0; 10]).into_uuid().as_u128())
+}
+
 macro_rules! prefixed_id {
     ($(#[$meta:meta])* $name:ident, $prefix:literal) => {
         $(#[$meta])*
@@ -133,6 +139,15 @@ prefixed_id!(/// An event.
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bodies_sort_by_time() {
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        let (hour_ago, at_now, made) = (body_at_millis(now - 3_600_000), body_at_millis(now), new_body());
+        assert!(hour_ago < at_now && at_now <= made, "{hour_ago} {at_now} {made}");
+        assert!(is_base32_body(&at_now));
+    }
 
     #[test]
     fn ids_round_trip_and_sort_by_creation() {

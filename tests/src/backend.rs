@@ -52,11 +52,37 @@ impl Backend {
                     .execute(&mut conn)
                     .await
                     .expect("create a test schema");
+                sweep_old_schemas(&mut conn).await;
                 let _ = conn.close().await;
                 let separator = if base.contains('?') { '&' } else { '?' };
                 format!("{base}{separator}options=-c%20search_path%3D{schema}")
             }
         }
+    }
+}
+
+/// Drops test schemas made more than an hour ago (their names sort by time), once per process,
+/// so that running the tests again and again against one database does not fill it up.
+async fn sweep_old_schemas(conn: &mut sqlx::PgConnection) {
+    static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SWEPT.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let cutoff =
+        format!("herald_it_{}", herald_common::ids::body_at_millis(now.as_millis() as u64 - 3_600_000));
+    let old: Vec<String> = sqlx::query_scalar(
+        "SELECT nspname::TEXT FROM pg_namespace WHERE nspname LIKE 'herald\\_it\\_%' AND nspname < $1",
+    )
+    .bind(&cutoff)
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap_or_default();
+    for schema in old {
+        // Another run may be dropping the same schema: ignore failures.
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+            .execute(&mut *conn)
+            .await;
     }
 }
 
