@@ -1,11 +1,12 @@
-//! Parsers for configuration values: each returns the value or the reason it is invalid
-//! (the caller adds the variable's name and where it came from).
+//! Parsers for configuration values: each returns the value or the reason it is invalid. The
+//! [`Parser`] reads values from the layers with them, adding the variable's name and where it
+//! came from, and collects every error rather than stopping at the first.
 
-use std::{path::PathBuf, time::Duration};
+use std::{fmt, path::PathBuf, time::Duration};
 
-use super::{DatabaseUrl, Secret, SmtpConfig};
+use super::{DatabaseUrl, Layers, OperatorIdp, Secret, SmsProvider, SmtpConfig, Source, WhatsappProvider};
 
-pub(super) fn parse_http_url(v: &str) -> Result<String, String> {
+fn parse_http_url(v: &str) -> Result<String, String> {
     if (v.starts_with("http://") || v.starts_with("https://")) && v.len() > "https://".len() {
         Ok(v.trim_end_matches('/').to_owned())
     } else {
@@ -105,4 +106,104 @@ pub(super) fn parse_schedule(v: &str) -> Result<Vec<Duration>, String> {
         return Err("delays may be at most 7 days".to_owned());
     }
     Ok(delays)
+}
+
+pub(super) struct Parser<'a> {
+    pub(super) layers: &'a Layers,
+    pub(super) errors: Vec<String>,
+}
+
+impl Parser<'_> {
+    fn raw(&self, name: &str) -> Option<&(String, Source)> {
+        self.layers.values.get(name).filter(|(v, _)| !v.is_empty())
+    }
+
+    fn fail(&mut self, name: &str, source: &Source, message: impl fmt::Display) {
+        let env = format!("HERALD_{}", name.to_ascii_uppercase());
+        self.errors.push(format!("{env} (from {source}) {message}"));
+    }
+
+    pub(super) fn optional<T>(&mut self, name: &str, f: impl FnOnce(&str) -> Result<T, String>) -> Option<T> {
+        let (value, source) = self.raw(name)?.clone();
+        match f(&value) {
+            Ok(v) => Some(v),
+            Err(message) => {
+                let shown = if name.contains("secret") || name.contains("token") || name.contains("url") {
+                    String::new()
+                } else {
+                    format!(": `{value}`")
+                };
+                self.fail(name, &source, format!("{message}{shown}"));
+                None
+            }
+        }
+    }
+
+    pub(super) fn parse<T>(&mut self, name: &str, f: impl FnOnce(&str) -> Result<T, String>) -> Option<T> {
+        if self.raw(name).is_none() {
+            self.errors.push(format!("HERALD_{} must be set", name.to_ascii_uppercase()));
+            return None;
+        }
+        self.optional(name, f)
+    }
+
+    fn require(&mut self, name: &str, because: &str) -> Option<String> {
+        match self.raw(name) {
+            Some((v, _)) => Some(v.clone()),
+            None => {
+                self.errors.push(format!("HERALD_{} must be set {because}", name.to_ascii_uppercase()));
+                None
+            }
+        }
+    }
+
+    pub(super) fn sms(&mut self) -> Option<SmsProvider> {
+        let kind = self.parse("sms_provider", |v| match v {
+            "log" | "twilio" => Ok(v.to_owned()),
+            _ => Err("must be `twilio` or `log`".to_owned()),
+        })?;
+        if kind == "log" {
+            return Some(SmsProvider::Log);
+        }
+        let because = "when HERALD_SMS_PROVIDER=twilio";
+        let base_url = self.parse("twilio_base_url", parse_http_url);
+        let account_sid = self.require("twilio_account_sid", because);
+        let auth_token = self.require("twilio_auth_token", because);
+        let from = self.require("sms_from", because);
+        Some(SmsProvider::Twilio {
+            base_url: base_url?,
+            account_sid: account_sid?,
+            auth_token: Secret::new(auth_token?),
+            from: from?,
+        })
+    }
+
+    pub(super) fn whatsapp(&mut self) -> Option<WhatsappProvider> {
+        let kind = self.parse("whatsapp_provider", |v| match v {
+            "log" | "meta" => Ok(v.to_owned()),
+            _ => Err("must be `meta` or `log`".to_owned()),
+        })?;
+        if kind == "log" {
+            return Some(WhatsappProvider::Log);
+        }
+        let because = "when HERALD_WHATSAPP_PROVIDER=meta";
+        let base_url = self.parse("whatsapp_base_url", parse_http_url);
+        let api_version = self.parse("whatsapp_api_version", |v| Ok(v.to_owned()));
+        let phone_number_id = self.require("whatsapp_phone_number_id", because);
+        let token = self.require("whatsapp_token", because);
+        Some(WhatsappProvider::Meta {
+            base_url: base_url?,
+            api_version: api_version?,
+            phone_number_id: phone_number_id?,
+            token: Secret::new(token?),
+        })
+    }
+
+    pub(super) fn operator_idp(&mut self) -> Option<OperatorIdp> {
+        let jwks_url = self.optional("operator_jwks_url", parse_http_url)?;
+        let because = "when HERALD_OPERATOR_JWKS_URL is set";
+        let issuer = self.require("operator_issuer", because);
+        let audience = self.require("operator_audience", because);
+        Some(OperatorIdp { jwks_url, issuer: issuer?, audience: audience? })
+    }
 }
