@@ -131,7 +131,7 @@ pub async fn run(
     // handed to a pool of keep-alive connections (so a slow answer never holds back the next).
     let total = rate * seconds as usize;
     let period = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
-    let (jobs, queue) = tokio::sync::mpsc::unbounded_channel::<(usize, Vec<u8>)>();
+    let (jobs, queue) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
     let queue = Arc::new(tokio::sync::Mutex::new(queue));
     let mut senders = Vec::new();
     for _ in 0..32 {
@@ -141,7 +141,7 @@ pub async fn run(
             let mut accepted = 0usize;
             let mut conn = crate::http::Connection::open(&url).await.ok();
             loop {
-                let Some((_, body)) = queue.lock().await.recv().await else { break };
+                let Some(body) = queue.lock().await.recv().await else { break };
                 let at = Instant::now();
                 let Some(c) = conn.as_mut() else { continue };
                 match c.send("POST", "/api/v1/notifications", Some(&key), Some(&body)).await {
@@ -162,7 +162,7 @@ pub async fn run(
         if let Ok(mut m) = sent.lock() {
             m.insert(index, Instant::now());
         }
-        let _ = jobs.send((index, body.to_string().into_bytes()));
+        let _ = jobs.send(body.to_string().into_bytes());
     }
     drop(jobs);
     let sending = started.elapsed();
@@ -219,10 +219,6 @@ pub async fn run(
             )
         })
         .collect();
-    println!(
-        "
-slowest events: {}",
-        slow.join(", ")
-    );
+    println!("\nslowest events: {}", slow.join(", "));
     Ok(())
 }

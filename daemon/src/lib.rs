@@ -108,6 +108,8 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    // Registered before any task starts, so a database that refuses it leaves nothing running.
+    stream::register_daemon(&state).await?;
     let app = api::router(state.clone());
     let background = CancellationToken::new();
     let workers = tokio::spawn(delivery::run_workers(state.clone(), background.clone()));
@@ -115,7 +117,6 @@ pub async fn serve(
     let domain_checks = tokio::spawn(service::domains::run_checks(state.clone(), background.clone()));
     let counters = tokio::spawn(service::fold_activity_counts(state.clone(), background.clone()));
     let listener_task = tokio::spawn(stream::listener::run(state.clone(), background.clone()));
-    stream::register_daemon(&state).await?;
     let stream_daemon = tokio::spawn(stream::renew_daemon(state.clone(), background.clone()));
     // Streams end when the daemon is asked to stop, so graceful shutdown never waits on them.
     let streams_end = state.shutdown.clone();

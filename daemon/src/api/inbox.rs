@@ -21,8 +21,10 @@ use crate::{
     error::{ApiError, ApiResult},
     state::AppState,
     store::{Engine as StoreEngine, InboxPage, InboxRecord},
-    stream::StreamLease,
-    stream::inbox::{InboxStream, start_for},
+    stream::{
+        StreamLease,
+        inbox::{InboxStream, start_for},
+    },
 };
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -34,7 +34,9 @@ pub async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         if let Err(e) = state.store.prune_activity_counts().await {
             tracing::warn!(error = %e, "cannot prune the activity counters");
         }
-        match state.store.delete_lapsed_streams(state.clock.now_millis()).await {
+        // A lease's length of grace, so a daemon whose renewal is merely late keeps its rows.
+        let lapsed = state.clock.now_millis() - crate::stream::DAEMON_LEASE.as_millis() as i64;
+        match state.store.delete_lapsed_streams(lapsed).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(streams = n, "deleted the streams of daemons that stopped renewing"),
             Err(e) => tracing::warn!(error = %e, "cannot delete lapsed streams"),

@@ -172,7 +172,7 @@ impl Store {
                     now
                 )?;
                 if let Some(item) = &updated {
-                    notify(conn, &app, &user, Some(&item.id)).await?;
+                    notify(conn, &app, &user, &item.id).await?;
                 }
                 Ok(updated)
             })
@@ -200,7 +200,7 @@ impl Store {
                     now
                 )?;
                 for item in &updated {
-                    notify(conn, &app, &user, Some(&item.id)).await?;
+                    notify(conn, &app, &user, &item.id).await?;
                 }
                 Ok(updated)
             })
@@ -209,21 +209,18 @@ impl Store {
     }
 }
 
-/// On PostgreSQL, tells every daemon (LISTEN `herald_inbox`) that `user`'s inbox changed: a new
-/// item (`item` None) or a changed one. NOTIFY is transactional: it is sent at commit, or never.
-pub(super) async fn notify(
-    conn: &mut super::Conn<'_>,
-    app: &str,
-    user: &str,
-    item: Option<&str>,
-) -> StoreResult<()> {
+/// On PostgreSQL, tells every daemon (LISTEN `herald_inbox`) that an item of `user`'s inbox
+/// changed. NOTIFY is transactional: it is sent at commit, or never. (A new item's NOTIFY is sent
+/// by the statement that inserts it, `INBOX_POSTGRES` in store/notifications.rs.)
+pub(super) async fn notify(conn: &mut super::Conn<'_>, app: &str, user: &str, item: &str) -> StoreResult<()> {
     if conn.engine() == Engine::Postgres {
-        execute!(conn, "SELECT pg_notify('herald_inbox', $1)", notify_payload(app, user, item))?;
+        execute!(conn, "SELECT pg_notify('herald_inbox', $1)", notify_payload(app, user, Some(item)))?;
     }
     Ok(())
 }
 
-/// The `herald_inbox` NOTIFY payload: application, user and, for a changed item, its id.
+/// The `herald_inbox` NOTIFY payload: application, user and, for a changed item, its id (none
+/// for a new item).
 pub(super) fn notify_payload(app: &str, user: &str, item: Option<&str>) -> String {
     serde_json::json!({"a": app, "u": user, "i": item}).to_string()
 }

@@ -420,7 +420,7 @@ const QUEUE_POSTGRES: &str = "WITH n AS (INSERT INTO notifications
 
 /// An in-app notification, its inbox item numbered from the user's sequence, and its one
 /// `delivered` attempt, in one round trip; on PostgreSQL the same statement also sends the
-/// `herald_inbox` NOTIFY (see [`super::inbox::notify`]).
+/// `herald_inbox` NOTIFY (see [`super::inbox::notify_payload`]).
 const INBOX_SQLITE: &str = "INSERT INTO notifications
          (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
           html_body, data, template_id, status, attempt_count, created_at, updated_at)

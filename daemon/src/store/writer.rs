@@ -99,23 +99,14 @@ async fn next_batch(receiver: &Mutex<mpsc::Receiver<Job>>) -> Option<Vec<Job>> {
 /// (BEGIN, a savepoint, COMMIT) fail every job of the batch not yet answered; an operation's own
 /// failure fails only it.
 async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
-    let fail_all = |batch: Vec<Job>, message: String| {
-        for job in batch {
-            let _ = job.reply.send(Err(StoreError::Database(sqlx::Error::Protocol(message.clone()))));
-        }
-    };
     if let Err(e) = super::execute!(conn, begin) {
-        return fail_all(batch, e.to_string());
+        return fail_all(batch, &e.to_string());
     }
     let mut results = Vec::with_capacity(batch.len());
     let mut broken: Option<String> = None;
     let mut open_savepoint = false;
     let mut jobs = batch.into_iter();
     while let Some(job) = jobs.next() {
-        if let Some(message) = &broken {
-            let _ = job.reply.send(Err(StoreError::Database(sqlx::Error::Protocol(message.clone()))));
-            continue;
-        }
         let first = results.is_empty();
         if !first {
             // Releasing the previous operation's savepoint and opening this one's is one round
@@ -128,12 +119,11 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
             if let Err(e) = opened {
                 broken = Some(e.to_string());
                 let _ = job.reply.send(Err(e));
-                continue;
+                break;
             }
             open_savepoint = true;
         }
-        let outcome = (job.op)(conn).await;
-        match outcome {
+        match (job.op)(conn).await {
             Err(e) if first => {
                 // Undo the first operation's partial work by undoing everything, then start
                 // over for the rest of the batch.
@@ -143,14 +133,16 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
                     Err(e) => Err(e),
                 };
                 if let Err(e) = restarted {
-                    return fail_all(jobs.collect(), e.to_string());
+                    return fail_all(jobs, &e.to_string());
                 }
             }
             Err(e) => {
-                if let Err(e) = raw(conn, "ROLLBACK TO SAVEPOINT op").await {
-                    broken = Some(e.to_string());
-                }
+                let rolled_back = raw(conn, "ROLLBACK TO SAVEPOINT op").await;
                 results.push((job.reply, Err(e)));
+                if let Err(e) = rolled_back {
+                    broken = Some(e.to_string());
+                    break;
+                }
             }
             Ok(value) => results.push((job.reply, Ok(value))),
         }
@@ -158,6 +150,7 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
     let commit = match &broken {
         None => super::execute!(conn, "COMMIT").map_err(|e| e.to_string()),
         Some(message) => {
+            fail_all(jobs, message);
             let _ = super::execute!(conn, "ROLLBACK");
             Err(message.clone())
         }
@@ -165,11 +158,21 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
     for (reply, outcome) in results {
         let answer = match &commit {
             Ok(_) => outcome,
-            Err(message) => {
-                Err(StoreError::Database(sqlx::Error::Protocol(format!("transaction failed: {message}"))))
-            }
+            Err(message) => Err(batch_error(format!("transaction failed: {message}"))),
         };
         let _ = reply.send(answer);
+    }
+}
+
+/// The error a job gets when its batch's transaction, not its own operation, failed.
+fn batch_error(message: impl std::fmt::Display) -> StoreError {
+    StoreError::Database(sqlx::Error::Protocol(message.to_string()))
+}
+
+/// Answers each of `jobs` with the batch's failure.
+fn fail_all(jobs: impl IntoIterator<Item = Job>, message: &str) {
+    for job in jobs {
+        let _ = job.reply.send(Err(batch_error(message)));
     }
 }
 

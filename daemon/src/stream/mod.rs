@@ -29,7 +29,7 @@ pub const MAX_STREAMS_PER_USER: usize = 10;
 /// How often a daemon renews its row in `stream_daemons`, and how long a renewal lasts: the
 /// streams of a daemon that was killed stop counting toward the limit within this lease.
 const DAEMON_RENEW_EVERY: Duration = Duration::from_secs(10);
-const DAEMON_LEASE: Duration = Duration::from_secs(30);
+pub const DAEMON_LEASE: Duration = Duration::from_secs(30);
 /// Changed items a connection may have waiting before it is told to resync (read-all on a large
 /// inbox must fit).
 const UPDATE_QUEUE: usize = 4096;
