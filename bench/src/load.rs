@@ -103,3 +103,67 @@ pub async fn run(
     latencies.sort();
     Report { ok: latencies.len(), errors, elapsed, latencies }
 }
+
+/// What a paced run got back: requests answered 2xx and every request's answer time, sorted.
+pub struct Paced {
+    pub accepted: usize,
+    pub answered: Vec<Duration>,
+    /// How long handing out the requests took (≈ total / rate when the pace was kept).
+    pub sending: Duration,
+}
+
+/// Sends `total` POSTs to `path` at a steady `rate` a second, each handed to a pool of 32
+/// keep-alive connections so a slow answer never holds back the next. `body(i)` builds request
+/// `i`; `on_send(i)` is told just before it is handed out.
+pub async fn paced(
+    base: &str,
+    token: &str,
+    path: &'static str,
+    rate: usize,
+    total: usize,
+    body: impl Fn(usize) -> serde_json::Value,
+    on_send: impl Fn(usize),
+) -> Paced {
+    let period = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let (jobs, queue) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let queue = Arc::new(tokio::sync::Mutex::new(queue));
+    let mut senders = Vec::new();
+    for _ in 0..32 {
+        let (queue, base, token) = (queue.clone(), base.to_owned(), token.to_owned());
+        senders.push(tokio::spawn(async move {
+            let mut answered = Vec::new();
+            let mut accepted = 0usize;
+            let mut conn = crate::http::Connection::open(&base).await.ok();
+            loop {
+                let Some(body) = queue.lock().await.recv().await else { break };
+                let at = Instant::now();
+                let Some(c) = conn.as_mut() else { continue };
+                match c.send("POST", path, Some(&token), Some(&body)).await {
+                    Ok((status, _)) => accepted += usize::from((200..300).contains(&status)),
+                    Err(_) => conn = crate::http::Connection::open(&base).await.ok(),
+                }
+                answered.push(at.elapsed());
+            }
+            (accepted, answered)
+        }));
+    }
+    let mut interval = tokio::time::interval(period);
+    let started = Instant::now();
+    for index in 0..total {
+        interval.tick().await;
+        on_send(index);
+        let _ = jobs.send(body(index).to_string().into_bytes());
+    }
+    drop(jobs);
+    let sending = started.elapsed();
+    let mut accepted = 0;
+    let mut answered = Vec::with_capacity(total);
+    for sender in senders {
+        if let Ok((ok, took)) = sender.await {
+            accepted += ok;
+            answered.extend(took);
+        }
+    }
+    answered.sort();
+    Paced { accepted, answered, sending }
+}

@@ -8,10 +8,12 @@
 //! 1 (`taskset -c 1 target/release/herald-bench …`), as the floors in PERFORMANCE.md were taken.
 
 mod activity;
+mod cli;
 mod http;
 mod load;
 mod smtp;
 mod streams;
+mod tui;
 
 use std::{
     path::PathBuf,
@@ -84,6 +86,35 @@ enum Command {
         #[arg(long)]
         pin: bool,
     },
+    /// `herald send --file` with `--rows` rows next to the daemon's own email dispatch rate, and
+    /// the start-up time of `herald --help` and `herald health` (SQLite).
+    Cli {
+        #[arg(long, default_value_t = 10_000)]
+        rows: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        #[arg(long, default_value = "target/release/heraldd")]
+        daemon: PathBuf,
+        /// The herald binary (a release build).
+        #[arg(long, default_value = "target/release/herald")]
+        herald: PathBuf,
+        /// Runs of each start-up measure.
+        #[arg(long, default_value_t = 30)]
+        runs: usize,
+    },
+    /// The dashboard (`herald tui`, in tmux) while the activity stream carries `--rate`
+    /// in-app dispatches a second for `--seconds`: its slowest frame and its memory (SQLite).
+    Tui {
+        #[arg(long, default_value_t = 1_000)]
+        rate: usize,
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long, default_value = "target/release/heraldd")]
+        daemon: PathBuf,
+        /// The herald binary (a release build).
+        #[arg(long, default_value = "target/release/herald")]
+        herald: PathBuf,
+    },
     /// Accepted dispatches per second (in_app and email) next to /healthz, and email delivered
     /// per second to an SMTP sink with the latency from 202 to receipt.
     Dispatch {
@@ -115,8 +146,21 @@ async fn start_daemon(
     smtp_port: u16,
     pin: bool,
 ) -> anyhow::Result<Daemon> {
+    start_daemon_with(binary, dir, database_url, smtp_port, pin, &[]).await
+}
+
+/// [`start_daemon`] with more `HERALD_*` settings.
+async fn start_daemon_with(
+    binary: &PathBuf,
+    dir: &std::path::Path,
+    database_url: &str,
+    smtp_port: u16,
+    pin: bool,
+    extra: &[(String, String)],
+) -> anyhow::Result<Daemon> {
     let env = |command: &mut tokio::process::Command| {
         command
+            .envs(extra.iter().map(|(k, v)| (k, v)))
             .env("HERALD_DATABASE_URL", database_url)
             .env("HERALD_DATA_DIR", dir.join("data"))
             .env("HERALD_SECRET", "bench-secret-bench-secret-bench-secret-00")
@@ -390,6 +434,12 @@ async fn main() -> anyhow::Result<()> {
         Command::Dispatch { backend, requests, concurrency, daemon, pin } => {
             dispatch(backend, requests, concurrency, daemon, pin).await
         }
+        Command::Cli { rows, concurrency, daemon, herald, runs } => {
+            cli::run(cli::Options { rows, concurrency, daemon, herald, runs }).await
+        }
+        Command::Tui { rate, seconds, daemon, herald } => {
+            tui::run(tui::Options { rate, seconds, daemon, herald }).await
+        }
         Command::Otp { backend, pairs, concurrency, daemon, pin } => {
             otp(backend, pairs, concurrency, daemon, pin).await
         }
@@ -410,7 +460,7 @@ async fn main() -> anyhow::Result<()> {
             let tenant = herald_common::ids::TenantId::parse(first.boot.tenant_id.as_str())?;
             let second =
                 store.create_application(&tenant, "Second".into()).await?.context("second application")?;
-            let seeded = activity::seed(&database_url, &first.boot, &second.id, items).await?;
+            let seeded = activity::seed(&database_url, &first.boot, second.id.as_str(), items).await?;
             // The seed arrived at once rather than as a trickle: fold PostgreSQL's counter changes
             // (the daemon folds every second) and vacuum them before measuring.
             store.fold_activity_counts().await?;

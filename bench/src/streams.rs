@@ -127,54 +127,20 @@ pub async fn run(
     let after = rss_kib(pid);
     let per_stream = (after.saturating_sub(before)) as f64 / connected.max(1) as f64;
 
-    // A steady rate of in-app notifications to random connected users: one every 1/rate s,
-    // handed to a pool of keep-alive connections (so a slow answer never holds back the next).
+    // A steady rate of in-app notifications to random connected users.
     let total = rate * seconds as usize;
-    let period = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
-    let (jobs, queue) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
-    let queue = Arc::new(tokio::sync::Mutex::new(queue));
-    let mut senders = Vec::new();
-    for _ in 0..32 {
-        let (queue, url, key) = (queue.clone(), url.to_owned(), boot.api_key.clone());
-        senders.push(tokio::spawn(async move {
-            let mut answered = Vec::new();
-            let mut accepted = 0usize;
-            let mut conn = crate::http::Connection::open(&url).await.ok();
-            loop {
-                let Some(body) = queue.lock().await.recv().await else { break };
-                let at = Instant::now();
-                let Some(c) = conn.as_mut() else { continue };
-                match c.send("POST", "/api/v1/notifications", Some(&key), Some(&body)).await {
-                    Ok((status, _)) => accepted += usize::from((200..300).contains(&status)),
-                    Err(_) => conn = crate::http::Connection::open(&url).await.ok(),
-                }
-                answered.push(at.elapsed());
-            }
-            (accepted, answered)
-        }));
-    }
-    let mut interval = tokio::time::interval(period);
-    let started = Instant::now();
-    for index in 0..total {
-        interval.tick().await;
+    let body = |index: usize| {
         let user = rand::rng().random_range(0..connected.max(1));
-        let body = serde_json::json!({"channel": "in_app", "recipient": format!("user-{user}"), "title": format!("b-{index}"), "body": "bench"});
+        serde_json::json!({"channel": "in_app", "recipient": format!("user-{user}"), "title": format!("b-{index}"), "body": "bench"})
+    };
+    let on_send = |index: usize| {
         if let Ok(mut m) = sent.lock() {
             m.insert(index, Instant::now());
         }
-        let _ = jobs.send(body.to_string().into_bytes());
-    }
-    drop(jobs);
-    let sending = started.elapsed();
-    let mut accepted = 0;
-    let mut answered = Vec::with_capacity(total);
-    for sender in senders {
-        if let Ok((ok, took)) = sender.await {
-            accepted += ok;
-            answered.extend(took);
-        }
-    }
-    answered.sort();
+    };
+    let started = Instant::now();
+    let crate::load::Paced { accepted, answered, sending } =
+        crate::load::paced(url, &boot.api_key, "/api/v1/notifications", rate, total, body, on_send).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut timed = latencies.lock().map(|l| l.clone()).unwrap_or_default();
     timed.sort();

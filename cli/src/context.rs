@@ -1,28 +1,43 @@
 //! Where the CLI finds the daemon and its credentials: flags, then `HERALD_*` variables, then the
-//! profile (`--profile`, or the default one) in the CLI config file.
+//! profile (`--profile`, or the config's default) in the CLI config file that `heraldd --dev`
+//! writes.
 
-use anyhow::{Context as _, bail};
-use herald_common::{client::Client, profile};
+use herald_common::{
+    client::Client,
+    ids::UserId,
+    profile::{self, Profile},
+};
 
-#[derive(clap::Args)]
+use crate::{
+    exit::Fail,
+    output::{Format, Output},
+};
+
+#[derive(clap::Args, Debug)]
 pub struct GlobalArgs {
-    /// Print exact JSON instead of a table.
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Profile in the CLI config file.
-    #[arg(long, global = true, env = "HERALD_PROFILE")]
+    /// Profile in the CLI config file (default: its `default_profile`).
+    #[arg(long, global = true, env = "HERALD_PROFILE", value_name = "NAME")]
     pub profile: Option<String>,
-    /// Daemon URL.
-    #[arg(long, global = true, env = "HERALD_URL")]
+    /// The daemon's URL (default: the profile's, else http://127.0.0.1:8080).
+    #[arg(long, global = true, env = "HERALD_URL", value_name = "URL")]
     pub url: Option<String>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true, conflicts_with = "jsonl")]
+    pub json: bool,
+    /// Print one JSON object per line (lists, follows, bulk sends).
+    #[arg(long, global = true)]
+    pub jsonl: bool,
 }
 
+/// The run's settings: where Herald is, the credentials, how to print.
 pub struct Context {
-    pub json: bool,
     pub url: String,
     pub api_key: Option<String>,
     pub operator_token: Option<String>,
     pub user_token: Option<String>,
+    pub out: Output,
+    /// Where the profile came from, for messages.
+    source: String,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -30,44 +45,95 @@ fn env(name: &str) -> Option<String> {
 }
 
 impl Context {
-    pub fn load(args: &GlobalArgs) -> anyhow::Result<Self> {
-        let saved = match profile::config_path() {
-            Some(path) => profile::load(&path, args.profile.as_deref())
-                .map_err(anyhow::Error::msg)
-                .context("cannot read the CLI config")?,
+    pub fn load(args: &GlobalArgs) -> Result<Self, Fail> {
+        let path = profile::config_path();
+        let saved = match &path {
+            Some(path) => profile::load(path, args.profile.as_deref())
+                .map_err(|e| Fail::usage(format!("cannot read the CLI config: {e}")))?,
             None => None,
         };
-        if args.profile.is_some() && saved.is_none() {
-            bail!("no profile `{}` in the CLI config", args.profile.as_deref().unwrap_or_default());
+        if let (Some(name), None) = (&args.profile, &saved) {
+            let shown = path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            return Err(Fail::usage(format!("there is no profile `{name}` in {shown}")));
         }
+        let source = match (&saved, &path) {
+            (Some(_), Some(path)) => format!("the profile in {}", path.display()),
+            _ => "no profile".to_owned(),
+        };
         let saved = saved.unwrap_or_default();
-        Ok(Self {
-            json: args.json,
-            url: args.url.clone().or(saved.url).unwrap_or_else(|| "http://127.0.0.1:8080".to_owned()),
+        let format = if args.json {
+            Format::Json
+        } else if args.jsonl {
+            Format::Jsonl
+        } else {
+            Format::Table
+        };
+        Ok(Self::new(args.url.clone(), saved, Output::detect(format), source))
+    }
+
+    fn new(url: Option<String>, saved: Profile, out: Output, source: String) -> Self {
+        Self {
+            url: url.or(saved.url).unwrap_or_else(|| "http://127.0.0.1:8080".to_owned()),
             api_key: env("HERALD_API_KEY").or(saved.api_key),
             operator_token: env("HERALD_OPERATOR_TOKEN").or(saved.operator_token),
             user_token: env("HERALD_USER_TOKEN").or(saved.user_token),
-        })
+            out,
+            source,
+        }
     }
 
+    /// A client without a credential.
     pub fn anonymous(&self) -> Client {
         Client::new(&self.url)
     }
 
-    /// A client with the API key.
-    pub fn server(&self) -> anyhow::Result<Client> {
-        let key = self.api_key.as_ref().context("no API key: set HERALD_API_KEY or use a profile")?;
+    fn missing(&self, what: &str, variable: &str) -> Fail {
+        Fail::auth(format!(
+            "no {what}: set {variable} or use a profile (`heraldd --dev` writes one; using {})",
+            self.source
+        ))
+    }
+
+    /// A client with the API key (server endpoints: send, OTP, templates, user tokens).
+    pub fn server(&self) -> Result<Client, Fail> {
+        let key = self.api_key.as_ref().ok_or_else(|| self.missing("API key", "HERALD_API_KEY"))?;
         Ok(self.anonymous().with_token(key))
     }
 
-    /// A client with whichever credential is configured: API key, operator token, user token.
-    pub fn any(&self) -> anyhow::Result<Client> {
-        let token = self
-            .api_key
-            .as_ref()
-            .or(self.operator_token.as_ref())
-            .or(self.user_token.as_ref())
-            .context("no credential: set HERALD_API_KEY, HERALD_OPERATOR_TOKEN or HERALD_USER_TOKEN, or use a profile")?;
+    /// A client for the operators' endpoints (activity, domains): the operator token, else the
+    /// API key.
+    pub fn operator(&self) -> Result<Client, Fail> {
+        let token = self.operator_token.as_ref().or(self.api_key.as_ref()).ok_or_else(|| {
+            self.missing("operator token or API key", "HERALD_OPERATOR_TOKEN or HERALD_API_KEY")
+        })?;
         Ok(self.anonymous().with_token(token))
+    }
+
+    /// A client with any credential (whoami).
+    pub fn any(&self) -> Result<Client, Fail> {
+        let token =
+            self.api_key.as_ref().or(self.operator_token.as_ref()).or(self.user_token.as_ref()).ok_or_else(
+                || self.missing("credential", "HERALD_API_KEY, HERALD_OPERATOR_TOKEN or HERALD_USER_TOKEN"),
+            )?;
+        Ok(self.anonymous().with_token(token))
+    }
+
+    /// A client acting as an end user: a token minted for `user` with the API key, or else
+    /// `HERALD_USER_TOKEN` (or the profile's user token).
+    pub async fn user(&self, user: Option<&UserId>) -> Result<Client, Fail> {
+        match user {
+            Some(user) => {
+                let minted = self.server()?.user_token(user, Some(3600)).await?;
+                Ok(self.anonymous().with_token(minted.token))
+            }
+            None => {
+                let token = self.user_token.as_ref().ok_or_else(|| {
+                    Fail::usage(
+                        "give --user USER (a token is minted with the API key) or set HERALD_USER_TOKEN",
+                    )
+                })?;
+                Ok(self.anonymous().with_token(token))
+            }
+        }
     }
 }

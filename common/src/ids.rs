@@ -41,6 +41,61 @@ pub fn body_at_millis(millis: u64) -> String {
     encode_base32(uuid::Builder::from_unix_timestamp_millis(millis, &[0; 10]).into_uuid().as_u128())
 }
 
+/// The impls every text id shares, for a type with `parse(&str) -> Result<Self, $error>` and
+/// `as_str(&self) -> &str`: serde through `String`, `FromStr`, `Display`/`Debug` as the text,
+/// comparison with `&str`, and SQL text-column encoding.
+macro_rules! text_type {
+    ($name:ident, $error:ty) => {
+        impl TryFrom<String> for $name {
+            type Error = $error;
+            fn try_from(text: String) -> Result<Self, $error> {
+                Self::parse(&text)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.as_str().to_owned()
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = $error;
+            fn from_str(text: &str) -> Result<Self, $error> {
+                Self::parse(text)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                self.as_str()
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
+
+        $crate::sql::text_column!($name);
+    };
+}
+
 macro_rules! prefixed_id {
     ($(#[$meta:meta])* $name:ident, $prefix:literal) => {
         $(#[$meta])*
@@ -69,38 +124,6 @@ macro_rules! prefixed_id {
             }
         }
 
-        impl TryFrom<String> for $name {
-            type Error = IdError;
-            fn try_from(text: String) -> Result<Self, IdError> {
-                Self::parse(&text)
-            }
-        }
-
-        impl From<$name> for String {
-            fn from(id: $name) -> String {
-                id.0
-            }
-        }
-
-        impl std::str::FromStr for $name {
-            type Err = IdError;
-            fn from_str(text: &str) -> Result<Self, IdError> {
-                Self::parse(text)
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-
         impl utoipa::PartialSchema for $name {
             fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
                 utoipa::openapi::ObjectBuilder::new()
@@ -111,7 +134,7 @@ macro_rules! prefixed_id {
             }
         }
 
-        impl utoipa::ToSchema for $name {}
+        text_type!($name, IdError);
     };
 }
 
@@ -135,6 +158,106 @@ prefixed_id!(/// A stored template.
     TemplateId, "tpl_");
 prefixed_id!(/// An event.
     EventId, "evt_");
+
+/// An activity item's id: a notification's or an OTP transaction's.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum TransactionId {
+    Notification(NotificationId),
+    Otp(OtpId),
+}
+
+/// Why a string is not a transaction id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected a notification id (`notif_…`) or an OTP transaction id (`otp_…`)")]
+pub struct TransactionIdError;
+
+impl TransactionId {
+    pub fn parse(text: &str) -> Result<Self, TransactionIdError> {
+        NotificationId::parse(text)
+            .map(TransactionId::Notification)
+            .or_else(|_| OtpId::parse(text).map(TransactionId::Otp))
+            .map_err(|_| TransactionIdError)
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            TransactionId::Notification(id) => id.as_str(),
+            TransactionId::Otp(id) => id.as_str(),
+        }
+    }
+
+    pub fn is_otp(&self) -> bool {
+        matches!(self, TransactionId::Otp(_))
+    }
+}
+
+impl From<NotificationId> for TransactionId {
+    fn from(id: NotificationId) -> Self {
+        TransactionId::Notification(id)
+    }
+}
+
+impl From<OtpId> for TransactionId {
+    fn from(id: OtpId) -> Self {
+        TransactionId::Otp(id)
+    }
+}
+
+impl utoipa::PartialSchema for TransactionId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some("^(notif|otp)_[0-9a-hjkmnp-tv-z]{26}$"))
+            .examples(["notif_01jd8x3v7q0000000000000000"])
+            .into()
+    }
+}
+
+text_type!(TransactionId, TransactionIdError);
+
+/// An end user's id, chosen by the integrator (the `recipient` of an `in_app` notification, the
+/// `sub` of a user token): 1 to 128 letters, digits and `-_.@:+`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct UserId(String);
+
+/// Why a string is not a user id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UserIdError(pub &'static str);
+
+impl UserId {
+    pub const MAX_LEN: usize = 128;
+
+    pub fn parse(text: &str) -> Result<Self, UserIdError> {
+        if text.is_empty() || text.len() > Self::MAX_LEN {
+            return Err(UserIdError("must be 1 to 128 characters"));
+        }
+        if !text.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.@:+".contains(&b)) {
+            return Err(UserIdError("may contain only letters, digits and - _ . @ : +"));
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl utoipa::PartialSchema for UserId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(r"^[A-Za-z0-9\-_.@:+]{1,128}$"))
+            .min_length(Some(1))
+            .max_length(Some(128))
+            .examples(["user_42"])
+            .into()
+    }
+}
+
+text_type!(UserId, UserIdError);
 
 #[cfg(test)]
 mod tests {
@@ -169,6 +292,26 @@ mod tests {
         assert!(TenantId::parse("tnt_ZZZZZZZZZZZZZZZZZZZZZZZZZZ").is_err());
         assert!(TenantId::parse("tnt_8zzzzzzzzzzzzzzzzzzzzzzzzz").is_err());
         assert!(serde_json::from_str::<TenantId>("\"nope\"").is_err());
+    }
+
+    #[test]
+    fn transaction_ids_are_notifications_or_otps() {
+        let n = NotificationId::new();
+        let o = OtpId::new();
+        assert_eq!(TransactionId::parse(n.as_str()), Ok(TransactionId::Notification(n.clone())));
+        assert!(TransactionId::parse(o.as_str()).unwrap().is_otp());
+        assert!(TransactionId::parse(TenantId::new().as_str()).is_err());
+        let json = serde_json::to_string(&TransactionId::from(n.clone())).unwrap();
+        assert_eq!(json, format!("\"{n}\""));
+    }
+
+    #[test]
+    fn user_ids_follow_their_alphabet() {
+        assert!(UserId::parse("ann@example.com").is_ok());
+        assert!(UserId::parse("").is_err());
+        assert!(UserId::parse(&"a".repeat(129)).is_err());
+        assert!(UserId::parse("a b").is_err());
+        assert!(serde_json::from_str::<UserId>("\"a/b\"").is_err());
     }
 
     #[test]

@@ -9,8 +9,10 @@ pub mod ids;
 pub mod mask;
 pub mod profile;
 pub mod scope;
+mod sql;
 pub mod stream;
 pub mod timestamp;
+pub mod wire;
 
 pub use error::{ErrorCode, FieldError, Problem};
 pub use scope::Scope;

@@ -7,7 +7,7 @@ use herald_common::{
     api::admin::{
         ApplicationCreated, ApplicationSecret, Bootstrapped, KeyCreated, KeyRevoked, TenantCreated,
     },
-    ids::{ApplicationId, KeyId, TenantId},
+    ids::{ApplicationId, KeyId, TenantId, UserId},
 };
 
 use crate::{
@@ -20,7 +20,7 @@ use crate::{
 pub async fn create_tenant(store: &Store, name: &str) -> anyhow::Result<TenantCreated> {
     let name = checked_name(name)?;
     let record = store.create_tenant(name).await?;
-    Ok(TenantCreated { tenant_id: TenantId::parse(&record.id)?, name: record.name })
+    Ok(TenantCreated { tenant_id: record.id, name: record.name })
 }
 
 pub async fn create_application(
@@ -34,7 +34,7 @@ pub async fn create_application(
         bail!("there is no tenant {tenant_id}");
     };
     Ok(ApplicationCreated {
-        application_id: ApplicationId::parse(&record.id)?,
+        application_id: record.id.clone(),
         tenant_id: tenant_id.clone(),
         signing_secret: user::signing_secret(secret, &record),
         name: record.name,
@@ -115,7 +115,7 @@ pub struct DevCredentials {
     pub bootstrap: Bootstrapped,
     /// `None` when operators use a configured identity provider instead of the built-in one.
     pub operator_token: Option<String>,
-    pub user_id: String,
+    pub user_id: UserId,
     pub user_token: String,
 }
 
@@ -150,7 +150,7 @@ pub async fn dev_credentials(state: &AppState) -> anyhow::Result<DevCredentials>
         .get_application(&bootstrap.application_id)
         .await?
         .context("the development application is missing")?;
-    let user_id = "dev-user".to_owned();
+    let user_id = UserId::parse("dev-user")?;
     let expires = Timestamp::from_millis((Timestamp::now().seconds() + 24 * 3600) * 1000);
     let user_token = user::mint(&state.secret, &app, &user_id, expires)?;
     Ok(DevCredentials { bootstrap, operator_token, user_id, user_token })
@@ -168,7 +168,7 @@ pub async fn set_otp_messages(
             bail!("the OTP {name} must contain {{code}}");
         }
     }
-    if !store.set_otp_messages(application_id.as_str(), messages.clone()).await? {
+    if !store.set_otp_messages(application_id, messages.clone()).await? {
         bail!("there is no application {application_id}");
     }
     Ok(serde_json::json!({

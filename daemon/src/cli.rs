@@ -258,6 +258,8 @@ fn announce_dev(url: &str, credentials: &admin::DevCredentials) {
          \x20 user token      {user_token}  (user `{user}`)\n\
          \x20 CLI profile     {profile_note}\n\n\
          Try:\n\
+         \x20 herald whoami          (the CLI reads the profile above)\n\
+         \x20 herald tui             (the dashboard)\n\
          \x20 curl -H 'Authorization: Bearer {key}' {url}/api/v1/whoami\n",
         tenant = b.tenant_id,
         app = b.application_id,

@@ -9,14 +9,23 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod delivery;
+pub mod dkim;
 pub mod dns;
 pub mod error;
+pub mod hub;
+pub mod providers;
+pub mod retry;
 pub mod secret;
 pub mod service;
 pub mod state;
 pub mod store;
 pub mod stream;
+pub mod tasks;
 pub mod telemetry;
+pub mod views;
+
+#[cfg(test)]
+mod module_graph;
 
 use std::{
     net::SocketAddr,
@@ -33,6 +42,7 @@ use crate::{
     secret::ServerSecret,
     state::AppState,
     store::Store,
+    tasks::Supervisor,
 };
 
 /// Binds `addr` with a deep accept backlog (the default 128 drops connections when thousands of
@@ -79,8 +89,8 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
             config.operator_jwks_max_age,
         ))
     });
-    let providers = Arc::new(delivery::Providers::from_config(&config)?);
-    let retry_policy = delivery::RetryPolicy::new(config.retry_schedule.clone());
+    let providers = Arc::new(providers::Providers::from_config(&config)?);
+    let retry_policy = retry::RetryPolicy::new(config.retry_schedule.clone());
     let resolver = dns::Resolver::new(&config.dns_nameservers, config.dns_timeout)?;
     Ok(AppState {
         config: Arc::new(config),
@@ -95,14 +105,38 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
         signers: Arc::default(),
         delivery_wake: Arc::new(tokio::sync::Notify::new()),
         clock: Arc::new(clock::Clock::default()),
-        hub: Arc::new(stream::Hub::default()),
+        tasks: Arc::default(),
         daemon_id: format!("dmn_{}", crate::secret::random_token(12)).into(),
         shutdown: CancellationToken::new(),
         openapi: Arc::new(OnceLock::new()),
     })
 }
 
+/// Starts the background tasks under a supervisor that stops them with `background`.
+fn start_tasks(state: &AppState, background: CancellationToken) -> Supervisor {
+    let mut supervisor = Supervisor::new(state.tasks.clone(), background);
+    macro_rules! task {
+        ($name:literal, $run:expr) => {{
+            let state = state.clone();
+            supervisor.spawn($name, move |token| Box::pin($run(state.clone(), token)));
+        }};
+    }
+    task!("delivery-workers", delivery::run_workers);
+    task!("housekeeping", service::housekeeping);
+    task!("domain-checks", service::domains::run_checks);
+    task!("stream-registration", stream::renew_daemon);
+    task!(
+        "change-listener",
+        |state: AppState, token| async move { state.store.listen_for_changes(token).await }
+    );
+    task!("activity-counters", |state: AppState, token| async move {
+        state.store.maintain_activity_counts(token).await
+    });
+    supervisor
+}
+
 /// Serves `state` on `listener` until `shutdown` is cancelled; requests in flight finish first.
+/// Fails (after stopping as gracefully) if a background task had to be given up on.
 pub async fn serve(
     state: AppState,
     listener: TcpListener,
@@ -112,38 +146,46 @@ pub async fn serve(
     stream::register_daemon(&state).await?;
     let app = api::router(state.clone());
     let background = CancellationToken::new();
-    let workers = tokio::spawn(delivery::run_workers(state.clone(), background.clone()));
-    let housekeeping = tokio::spawn(service::housekeeping(state.clone(), background.clone()));
-    let domain_checks = tokio::spawn(service::domains::run_checks(state.clone(), background.clone()));
-    let counters = tokio::spawn(service::fold_activity_counts(state.clone(), background.clone()));
-    let listener_task = tokio::spawn(stream::listener::run(state.clone(), background.clone()));
-    let stream_daemon = tokio::spawn(stream::renew_daemon(state.clone(), background.clone()));
+    let supervisor = start_tasks(&state, background.clone());
+    let failed = supervisor.failed();
+    let supervising = tokio::spawn(supervisor.run());
     // Streams end when the daemon is asked to stop, so graceful shutdown never waits on them.
     let streams_end = state.shutdown.clone();
     let stop = shutdown.clone();
+    let task_failed = failed.clone();
     tokio::spawn(async move {
-        stop.cancelled().await;
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = task_failed.cancelled() => {}
+        }
         streams_end.cancel();
     });
     tracing::info!(addr = %listener.local_addr()?, database = state.config.database.engine(), "heraldd listening");
     // `into_make_service`: serving the `Router` itself rebuilds every route for each connection
     // (`Router::with_state` per connection), ~80 KiB each; this clones one `Arc` instead.
+    let stopping = {
+        let (shutdown, failed) = (shutdown.clone(), failed.clone());
+        async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = failed.cancelled() => {}
+            }
+        }
+    };
     axum::serve(listener, app.into_make_service())
-        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .with_graceful_shutdown(stopping)
         .await
         .context("server error")?;
-    // Requests are done: stop the workers (they finish the sends in flight), then the store.
+    // Requests are done: stop the tasks (the workers finish the sends in flight), then the store.
     background.cancel();
-    let _ = workers.await;
-    let _ = housekeeping.await;
-    let _ = domain_checks.await;
-    let _ = counters.await;
-    let _ = listener_task.await;
-    let _ = stream_daemon.await;
+    let given_up = supervising.await.ok().flatten();
     if let Err(e) = state.store.close_stream_daemon(&state.daemon_id).await {
         tracing::warn!(error = %e, "cannot remove this daemon's streams from the database");
     }
     state.store.close().await;
+    if let Some(task) = given_up {
+        anyhow::bail!("stopped because the background task `{task}` kept failing");
+    }
     tracing::info!("heraldd stopped");
     Ok(())
 }

@@ -7,9 +7,12 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::{
     auth::{dev_idp::DevIdp, operator::OperatorVerifier},
     config::Config,
-    delivery::{Providers, RetryPolicy},
+    dkim::keys::SignerCache,
+    providers::Providers,
+    retry::RetryPolicy,
     secret::ServerSecret,
     store::Store,
+    tasks::Tasks,
 };
 
 #[derive(Clone)]
@@ -27,11 +30,11 @@ pub struct AppState {
     /// DNS lookups for sending-domain checks.
     pub resolver: crate::dns::Resolver,
     /// DKIM signers of sending domains, cached briefly.
-    pub signers: Arc<crate::service::domains::keys::SignerCache>,
+    pub signers: Arc<SignerCache>,
     /// The time as service logic sees it (tests move it).
     pub clock: Arc<crate::clock::Clock>,
-    /// Connected streams.
-    pub hub: Arc<crate::stream::Hub>,
+    /// The background tasks' states (`/readyz`).
+    pub tasks: Arc<Tasks>,
     /// This daemon's id among those sharing the database (`open_streams.daemon_id`).
     pub daemon_id: Arc<str>,
     /// Cancelled when the daemon stops: open streams end so shutdown does not wait on them.

@@ -18,7 +18,10 @@ use crate::config::{Config, LogFormat};
 pub fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only for a person at a terminal: `heraldd > file` gets no escape codes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let _ = match config.log_format {
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
         LogFormat::Text => builder.try_init(),

@@ -424,7 +424,7 @@ async fn templates_render_into_dispatch(backend: Backend) {
 
     let mut n = NotificationIn::new(Channel::Email, "tpl@example.com", "");
     n.body = None;
-    n.template_id = Some(id.clone());
+    n.template_id = Some(template.template_id.clone());
     n.template_data = Some(json!({"name": "<Ann>", "code": "1234"}).as_object().cloned().unwrap());
     key.send_notification(&n, None).await.unwrap();
     let mail = p.smtp.wait_for(1, Duration::from_secs(10)).await.remove(0);
@@ -437,10 +437,40 @@ async fn templates_render_into_dispatch(backend: Backend) {
     let p2 = err.problem().unwrap();
     assert_eq!(p2.errors[0].field, "template_data");
     assert!(p2.errors[0].message.contains("code"), "names the missing variable");
-    n.template_data = Some(json!({"name": "Bo", "code": "9"}).as_object().cloned().unwrap());
-    n.subject = Some("Mine".into());
-    let err = key.send_notification(&n, None).await.unwrap_err();
-    assert_eq!(err.problem().unwrap().errors[0].field, "subject", "no silent override");
+
+    // Exactly the spec's shape (§2.1 makes `body` required): the template's parts win.
+    let post = |body: serde_json::Value| {
+        key.request(reqwest::Method::POST, "/api/v1/notifications")
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    let spec_shape = json!({
+        "channel": "email", "recipient": "spec@example.com", "subject": "Mine", "body": "Plain fallback",
+        "template_id": id, "template_data": {"name": "Bo", "code": "9"},
+    });
+    assert_eq!(post(spec_shape).await.unwrap().status(), 202);
+    let mail = p.smtp.wait_for(2, Duration::from_secs(10)).await.remove(1);
+    assert!(mail.raw.contains("Subject: Welcome, Bo"), "the template's subject: {}", mail.raw);
+    assert!(mail.raw.contains("Hi Bo, your code is 9."), "the template's body: {}", mail.raw);
+    assert!(!mail.raw.contains("Plain fallback") && !mail.raw.contains("Mine"), "{}", mail.raw);
+    // A template without a body: the request's body is the fallback, used as it is.
+    let subject_only = key
+        .create_template(&herald_common::api::templates::TemplateIn {
+            name: "subject only".into(),
+            subject: Some("Only {{ name }}".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let spec_shape = json!({
+        "channel": "email", "recipient": "spec@example.com", "body": "Plain {{ fallback }}",
+        "template_id": subject_only.template_id, "template_data": {"name": "Bo"},
+    });
+    assert_eq!(post(spec_shape).await.unwrap().status(), 202);
+    let mail = p.smtp.wait_for(3, Duration::from_secs(10)).await.remove(2);
+    assert!(mail.raw.contains("Subject: Only Bo"), "{}", mail.raw);
+    assert!(mail.raw.contains("Plain {{ fallback }}"), "the request's body, not rendered: {}", mail.raw);
 
     let bad = key
         .create_template(&herald_common::api::templates::TemplateIn {

@@ -118,7 +118,7 @@ async fn endpoints_scopes_and_tenants(backend: Backend) {
         listed.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
         ["mail.example.com", "news.example.com"]
     );
-    assert_eq!(key.domain(&domain.domain_id.to_string()).await.unwrap(), domain);
+    assert_eq!(key.domain(domain.domain_id.as_ref()).await.unwrap(), domain);
 
     let other = d.bootstrap().await;
     let other_key = d.with_token(&other.api_key);
@@ -158,9 +158,9 @@ async fn endpoints_scopes_and_tenants(backend: Backend) {
     assert_eq!(operator.domains().await.unwrap().domains.len(), 2);
     assert_eq!(code(operator.delete_domain(&id).await.unwrap_err()).0, 403);
 
-    key.delete_domain(&second.domain_id.to_string()).await.unwrap();
-    assert_eq!(code(key.domain(&second.domain_id.to_string()).await.unwrap_err()).0, 404);
-    assert_eq!(code(key.delete_domain(&second.domain_id.to_string()).await.unwrap_err()).0, 404);
+    key.delete_domain(second.domain_id.as_ref()).await.unwrap();
+    assert_eq!(code(key.domain(second.domain_id.as_ref()).await.unwrap_err()).0, 404);
+    assert_eq!(code(key.delete_domain(second.domain_id.as_ref()).await.unwrap_err()).0, 404);
     d.stop().await;
 }
 both_backends!(domain_endpoints_scopes_and_tenants, endpoints_scopes_and_tenants);
@@ -347,10 +347,7 @@ async fn signed_mail(backend: Backend) {
     assert!(detail.contains("pending"), "{detail}");
 
     publish_all(&dns, &domain);
-    assert_eq!(
-        key.verify_domain(&domain.domain_id.to_string()).await.unwrap().status,
-        DomainStatus::Verified
-    );
+    assert_eq!(key.verify_domain(domain.domain_id.as_ref()).await.unwrap().status, DomainStatus::Verified);
     email.html_body = Some("<p>Thanks for your <b>order</b>.</p>".into());
     let accepted = key.send_notification(&email, None).await.unwrap();
     let mail = smtp.wait_for(1, Duration::from_secs(10)).await.remove(0);
@@ -384,7 +381,7 @@ async fn signed_mail(backend: Backend) {
 
     // The notification itself records the send as usual.
     let n = eventually("the signed email to be sent", Duration::from_secs(10), || async {
-        let n = key.notification(&accepted.notification_id.to_string()).await.unwrap();
+        let n = key.notification(accepted.notification_id.as_ref()).await.unwrap();
         (n.delivery_status == DeliveryStatus::Sent).then_some(n)
     })
     .await;
@@ -397,13 +394,12 @@ async fn signed_mail(backend: Backend) {
 
     // A domain removed after a notification was accepted: its queued mail fails at delivery
     // rather than go out unsigned, and new mail from it is refused.
-    let signer = |sender: &'static str| {
-        herald_daemon::service::domains::signer_for(&d.state, boot.tenant_id.as_str(), sender)
-    };
+    let signer =
+        |sender: &'static str| herald_daemon::delivery::signer_for(&d.state, &boot.tenant_id, sender);
     assert!(signer("billing@mail.example.com").await.is_ok());
-    key.delete_domain(&domain.domain_id.to_string()).await.unwrap();
+    key.delete_domain(domain.domain_id.as_ref()).await.unwrap();
     match signer("billing@mail.example.com").await {
-        Err(herald_daemon::delivery::SendError::Permanent { reason }) => {
+        Err(herald_daemon::providers::SendError::Permanent { reason }) => {
             assert!(reason.contains("no longer verified"), "{reason}")
         }
         other => panic!("a removed domain still signs: {other:?}"),
@@ -429,7 +425,7 @@ async fn a_silent_name_server_is_a_temporary_failure() {
     let key = d.with_token(&d.bootstrap().await.api_key);
     let domain = add(&key, "mail.example.com").await;
     let started = std::time::Instant::now();
-    let checked = key.verify_domain(&domain.domain_id.to_string()).await.unwrap();
+    let checked = key.verify_domain(domain.domain_id.as_ref()).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(5), "the check took {:?}", started.elapsed());
     assert_eq!(checked.status, DomainStatus::TemporaryFailure);
     for r in &checked.records {

@@ -5,13 +5,15 @@
 //! statuses change and rows are deleted, and the comparison runs again (on PostgreSQL before and
 //! after the counters' pending changes are folded).
 
-use herald_common::ids::TenantId;
+use herald_common::{
+    api::{activity::ActivityStatus, notifications::Channel},
+    ids::{ApplicationId, NotificationId, OtpId, TenantId},
+};
 use herald_daemon::{
     config::Layers,
     store::{ActivityFilter, Store},
 };
 use herald_tests::{Backend, both_backends};
-use sqlx::Connection;
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
@@ -21,7 +23,7 @@ const DAY: i64 = 24 * HOUR;
 struct Item {
     id: String,
     otp: bool,
-    application: String,
+    application: ApplicationId,
     channel: &'static str,
     stored_status: &'static str,
     created_at: i64,
@@ -47,23 +49,6 @@ impl Lcg {
     }
 }
 
-async fn execute(url: &str, backend: Backend, statements: &[String]) {
-    match backend {
-        Backend::Sqlite => {
-            let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
-            for s in statements {
-                sqlx::query(sqlx::AssertSqlSafe(s.clone())).execute(&mut conn).await.unwrap();
-            }
-        }
-        Backend::Postgres => {
-            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-            for s in statements {
-                sqlx::query(sqlx::AssertSqlSafe(s.clone())).execute(&mut conn).await.unwrap();
-            }
-        }
-    }
-}
-
 fn expected<'i>(
     items: &'i [Item],
     filter: &ActivityFilter,
@@ -73,9 +58,9 @@ fn expected<'i>(
 ) -> (Vec<&'i str>, usize) {
     let mut matching: Vec<&Item> = items
         .iter()
-        .filter(|i| filter.channel.as_deref().is_none_or(|c| c == i.channel))
-        .filter(|i| filter.application_id.as_deref().is_none_or(|a| a == i.application))
-        .filter(|i| filter.status.as_deref().is_none_or(|s| s == i.shown_status(now)))
+        .filter(|i| filter.channel.is_none_or(|c| c == i.channel))
+        .filter(|i| filter.application_id.as_ref().is_none_or(|a| *a == i.application))
+        .filter(|i| filter.status.is_none_or(|s| s == i.shown_status(now)))
         .filter(|i| filter.from.is_none_or(|f| i.created_at >= f))
         .filter(|i| filter.to.is_none_or(|t| i.created_at < t))
         .collect();
@@ -84,18 +69,18 @@ fn expected<'i>(
     (matching.into_iter().skip(offset).take(limit).map(|i| i.id.as_str()).collect(), total)
 }
 
-async fn compare_all(store: &Store, items: &[Item], tenant: &str, apps: &[String], now: i64) {
-    let mut filters = vec![ActivityFilter { tenant_id: tenant.to_owned(), ..Default::default() }];
-    for channel in ["email", "sms", "whatsapp", "in_app"] {
-        filters.push(ActivityFilter { channel: Some(channel.into()), ..filters[0].clone() });
+async fn compare_all(store: &Store, items: &[Item], tenant: &TenantId, apps: &[ApplicationId], now: i64) {
+    let mut filters = vec![ActivityFilter::tenant(tenant.clone())];
+    for channel in Channel::ALL {
+        filters.push(ActivityFilter { channel: Some(*channel), ..filters[0].clone() });
     }
-    for status in ["queued", "sending", "sent", "delivered", "failed", "verified", "expired", "tombstoned"] {
-        filters.push(ActivityFilter { status: Some(status.into()), ..filters[0].clone() });
+    for status in ActivityStatus::ALL {
+        filters.push(ActivityFilter { status: Some(*status), ..filters[0].clone() });
     }
     filters.push(ActivityFilter { application_id: Some(apps[1].clone()), ..filters[0].clone() });
     filters.push(ActivityFilter {
-        status: Some("sent".into()),
-        channel: Some("email".into()),
+        status: Some(ActivityStatus::Sent),
+        channel: Some(Channel::Email),
         application_id: Some(apps[0].clone()),
         ..filters[0].clone()
     });
@@ -111,8 +96,13 @@ async fn compare_all(store: &Store, items: &[Item], tenant: &str, apps: &[String
         (Some((now / DAY - 3) * DAY - 5), Some((now / DAY - 1) * DAY + 5)),
     ] {
         filters.push(ActivityFilter { from, to, ..filters[0].clone() });
-        filters.push(ActivityFilter { from, to, status: Some("expired".into()), ..filters[0].clone() });
-        filters.push(ActivityFilter { from, to, channel: Some("sms".into()), ..filters[0].clone() });
+        filters.push(ActivityFilter {
+            from,
+            to,
+            status: Some(ActivityStatus::Expired),
+            ..filters[0].clone()
+        });
+        filters.push(ActivityFilter { from, to, channel: Some(Channel::Sms), ..filters[0].clone() });
     }
     for filter in &filters {
         let (_, total) = expected(items, filter, now, 1, 0);
@@ -137,14 +127,12 @@ async fn counters_match_the_rows(backend: Backend) {
     let config = Layers::new().env([("HERALD_DATABASE_URL".to_owned(), url.clone())]).build(false).unwrap();
     let store = Store::open(&config).await.unwrap();
     let tenant = store.create_tenant("Feed".into()).await.unwrap();
-    let tenant_id = TenantId::parse(&tenant.id).unwrap();
     let mut apps = Vec::new();
     for name in ["Web", "Mobile"] {
-        apps.push(store.create_application(&tenant_id, name.into()).await.unwrap().unwrap().id);
+        apps.push(store.create_application(&tenant.id, name.into()).await.unwrap().unwrap().id);
     }
     let other = store.create_tenant("Other".into()).await.unwrap();
-    let other_app =
-        store.create_application(&TenantId::parse(&other.id).unwrap(), "X".into()).await.unwrap().unwrap();
+    let other_app = store.create_application(&other.id, "X".into()).await.unwrap().unwrap();
 
     // Three minutes into an hour: codes sent just before the hour are still running, so the
     // hour before is not settled yet (the counters must not speak for it).
@@ -164,7 +152,7 @@ async fn counters_match_the_rows(backend: Backend) {
                 ["sent", "sending", "verified", "tombstoned", "failed", "expired"][rng.next(6) as usize];
             let expires_at = created_at + [30_000, 300_000, 600_000][rng.next(3) as usize];
             Item {
-                id: format!("otp_{i:05}"),
+                id: OtpId::new().to_string(),
                 otp,
                 application,
                 channel,
@@ -176,7 +164,7 @@ async fn counters_match_the_rows(backend: Backend) {
             let channel = ["email", "sms", "whatsapp", "in_app"][rng.next(4) as usize];
             let stored_status = ["queued", "sending", "sent", "delivered", "failed"][rng.next(5) as usize];
             Item {
-                id: format!("notif_{i:05}"),
+                id: NotificationId::new().to_string(),
                 otp,
                 application,
                 channel,
@@ -190,7 +178,7 @@ async fn counters_match_the_rows(backend: Backend) {
     }
     // Another tenant's items never count.
     let stranger = Item {
-        id: "notif_stranger".into(),
+        id: NotificationId::new().to_string(),
         otp: false,
         application: other_app.id.clone(),
         channel: "email",
@@ -199,7 +187,7 @@ async fn counters_match_the_rows(backend: Backend) {
         expires_at: 0,
     };
     inserts.push(insert(&stranger, &other.id));
-    execute(&url, backend, &inserts).await;
+    backend.execute(&url, &inserts).await;
     compare_all(&store, &items, &tenant.id, &apps, now).await;
 
     // Statuses move (a retry, deliveries finishing, a verification, an expired code noticed)
@@ -219,13 +207,13 @@ async fn counters_match_the_rows(backend: Backend) {
         changes.push(format!("UPDATE {table} SET status = '{status}' WHERE id = '{}'", item.id));
         item.stored_status = status;
     }
-    let gone: Vec<Item> = items.iter().filter(|i| i.id.ends_with('7')).cloned().collect();
+    let gone: Vec<Item> = items.iter().skip(3).step_by(10).cloned().collect();
     for item in &gone {
         let table = if item.otp { "otp_transactions" } else { "notifications" };
         changes.push(format!("DELETE FROM {table} WHERE id = '{}'", item.id));
     }
-    items.retain(|i| !i.id.ends_with('7'));
-    execute(&url, backend, &changes).await;
+    items.retain(|i| !gone.iter().any(|g| g.id == i.id));
+    backend.execute(&url, &changes).await;
     compare_all(&store, &items, &tenant.id, &apps, now).await;
     // A minute later some running codes have expired; the feed says so.
     compare_all(&store, &items, &tenant.id, &apps, now + 60_000).await;
@@ -237,7 +225,7 @@ async fn counters_match_the_rows(backend: Backend) {
 }
 both_backends!(feed_counters_match_the_rows, counters_match_the_rows);
 
-fn insert(item: &Item, tenant: &str) -> String {
+fn insert(item: &Item, tenant: &TenantId) -> String {
     if item.otp {
         format!(
             "INSERT INTO otp_transactions (id, tenant_id, application_id, channel, recipient_key, recipient_masked, \

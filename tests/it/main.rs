@@ -2,14 +2,19 @@
 
 mod activity;
 mod auth;
+mod browser;
+mod cli;
 mod crash;
 mod dispatch;
 mod domains;
 mod errors;
 mod feed_counts;
+mod fuzz;
 mod openapi;
 mod ops;
 mod otp;
 mod process;
 mod store;
 mod stream;
+mod terminal;
+mod tui;

@@ -62,6 +62,30 @@ async fn every_documented_path_is_served() {
 fn development_routes_are_documented_only_in_development() {
     let dev = herald_daemon::api::openapi(true);
     let prod = herald_daemon::api::openapi(false);
-    assert!(dev.paths.paths.contains_key("/dev/jwks.json"));
-    assert!(!prod.paths.paths.contains_key("/dev/jwks.json"));
+    assert!(dev["paths"].get("/dev/jwks.json").is_some());
+    assert!(prod["paths"].get("/dev/jwks.json").is_none());
+}
+
+/// The document lists the values of every status a client matches on, so generated clients get
+/// enums rather than strings.
+#[test]
+fn statuses_and_outcomes_are_enums_in_the_document() {
+    let doc = herald_daemon::api::openapi(false);
+    let schemas = &doc["components"]["schemas"];
+    let values = |name: &str| -> Vec<String> {
+        let schema = &schemas[name];
+        let values = schema["enum"].as_array().unwrap_or_else(|| panic!("{name} is an enum: {schema}"));
+        values.iter().map(|v| v.as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(
+        values("ActivityStatus"),
+        ["queued", "sending", "sent", "delivered", "failed", "verified", "expired", "tombstoned"]
+    );
+    assert_eq!(values("AttemptOutcome"), ["sent", "delivered", "transient_failure", "permanent_failure"]);
+    assert_eq!(values("DeliveryStatus"), ["queued", "sending", "sent", "delivered", "failed"]);
+    assert_eq!(values("Channel"), ["email", "sms", "whatsapp", "in_app"]);
+    assert_eq!(
+        schemas["ActivityItem"]["properties"]["status"]["$ref"],
+        "#/components/schemas/ActivityStatus"
+    );
 }

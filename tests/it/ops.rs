@@ -1,6 +1,12 @@
-//! Health, readiness, metrics and request ids.
+//! Health, readiness, metrics, request ids, and the supervision of background tasks.
 
-use herald_tests::{Backend, TestDaemon, both_backends};
+use std::time::Duration;
+
+use herald_common::api::{
+    health::TaskState,
+    notifications::{Channel, NotificationIn},
+};
+use herald_tests::{Backend, TestDaemon, both_backends, eventually, peers::SmtpSink};
 
 async fn health_and_readiness(backend: Backend) {
     let d = TestDaemon::start(backend).await;
@@ -20,6 +26,59 @@ async fn health_and_readiness(backend: Backend) {
     assert_eq!(d.client.healthz().await.unwrap().status, "ok");
 }
 both_backends!(health_and_readiness_on_each_backend, health_and_readiness);
+
+/// A background task that dies (here the delivery workers, killed as a crash would) is logged,
+/// counted in `/metrics`, reported by `/readyz` while it is down, and started again; mail then
+/// flows as before.
+async fn a_killed_worker_is_restarted(backend: Backend) {
+    let smtp = SmtpSink::start().await;
+    let d = TestDaemon::start_with(backend, vec![("HERALD_SMTP_URL", smtp.url())]).await;
+    let key = d.with_token(&d.bootstrap().await.api_key);
+    let ready = d.client.readyz().await.unwrap();
+    for task in ["delivery-workers", "housekeeping", "domain-checks", "change-listener", "activity-counters"]
+    {
+        assert_eq!(ready.tasks[task].state, TaskState::Running, "{task} in {:?}", ready.tasks);
+    }
+
+    assert!(d.state.tasks.kill("delivery-workers"), "the fault is injected");
+    // The supervisor notices at once and waits 1 s before the restart: ask /readyz in that time.
+    eventually("the supervisor to notice", Duration::from_secs(1), || async {
+        (d.state.tasks.report()["delivery-workers"].state == TaskState::Restarting).then_some(())
+    })
+    .await;
+    let problem =
+        d.client.readyz().await.expect_err("not ready while a task is down").problem().cloned().unwrap();
+    assert_eq!(problem.status, 503);
+    assert!(
+        problem.detail.as_deref().unwrap_or_default().contains("delivery-workers (restarting)"),
+        "{problem:?}"
+    );
+    // A message accepted while the workers are down waits in the queue.
+    key.send_notification(&NotificationIn::new(Channel::Email, "after@example.com", "still here"), None)
+        .await
+        .unwrap();
+
+    let ready = eventually("the workers to run again", Duration::from_secs(5), || async {
+        d.client.readyz().await.ok()
+    })
+    .await;
+    assert_eq!(
+        (ready.tasks["delivery-workers"].state, ready.tasks["delivery-workers"].restarts),
+        (TaskState::Running, 1)
+    );
+    let mail = smtp.wait_for(1, Duration::from_secs(10)).await.remove(0);
+    assert!(mail.raw.contains("still here"));
+    let metrics =
+        d.client.request(reqwest::Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with("herald_task_exits_total{")
+            && l.contains("task=\"delivery-workers\"")
+            && l.contains("reason=\"aborted\"")),
+        "the exit is counted:\n{metrics}"
+    );
+    d.stop().await;
+}
+both_backends!(a_killed_worker_is_restarted_on_each_backend, a_killed_worker_is_restarted);
 
 #[tokio::test]
 async fn metrics_count_requests_by_route_template() {

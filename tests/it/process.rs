@@ -302,3 +302,33 @@ async fn the_dev_quick_start_prints_working_credentials() {
     terminate(&child);
     assert_eq!(exit_code(child).await, 0);
 }
+
+/// Text logs written to a file or a pipe carry no colour escape codes (`heraldd > file`).
+#[tokio::test]
+async fn text_logs_to_a_pipe_are_plain() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = heraldd(dir.path())
+        .env("HERALD_LOG_FORMAT", "text")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn heraldd");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("heraldd listening") {
+                return;
+            }
+        }
+        panic!("heraldd exited before listening:\n{seen}");
+    })
+    .await
+    .expect("heraldd listens within 20 s");
+    assert!(seen.contains(" INFO "), "text logs: {seen}");
+    assert!(!seen.contains('\u{1b}'), "no escape codes when stderr is not a terminal: {seen:?}");
+    terminate(&child);
+    assert_eq!(exit_code(child).await, 0);
+}

@@ -4,9 +4,12 @@ use std::collections::HashSet;
 
 use herald_common::{
     Scope,
-    ids::{ApplicationId, KeyId, TenantId},
+    ids::{ApplicationId, ConnectionId, KeyId, TenantId, UserId},
 };
-use herald_daemon::{config::Layers, store::Store};
+use herald_daemon::{
+    config::Layers,
+    store::{OpenStream, Store},
+};
 use herald_tests::{Backend, both_backends};
 
 async fn open(backend: Backend, dir: &std::path::Path) -> (Store, String) {
@@ -19,9 +22,8 @@ async fn open(backend: Backend, dir: &std::path::Path) -> (Store, String) {
 async fn open_with_application(backend: Backend, dir: &std::path::Path) -> (Store, ApplicationId) {
     let (store, _) = open(backend, dir).await;
     let tenant = store.create_tenant("T".into()).await.unwrap();
-    let app =
-        store.create_application(&TenantId::parse(&tenant.id).unwrap(), "A".into()).await.unwrap().unwrap();
-    (store, ApplicationId::parse(&app.id).unwrap())
+    let app = store.create_application(&tenant.id, "A".into()).await.unwrap().unwrap();
+    (store, app.id)
 }
 
 async fn open_url(url: &str) -> Store {
@@ -34,11 +36,11 @@ async fn credentials_round_trip(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (store, _) = open(backend, dir.path()).await;
     let tenant = store.create_tenant("Acme".into()).await.unwrap();
-    let tenant_id = TenantId::parse(&tenant.id).unwrap();
+    let tenant_id = tenant.id.clone();
     assert_eq!(store.get_tenant(&tenant_id).await.unwrap().unwrap().name, "Acme");
 
     let app = store.create_application(&tenant_id, "Web".into()).await.unwrap().unwrap();
-    let app_id = ApplicationId::parse(&app.id).unwrap();
+    let app_id = app.id.clone();
     assert_eq!(store.get_application(&app_id).await.unwrap().unwrap().tenant_id, tenant.id);
     assert!(
         store.create_application(&TenantId::new(), "x".into()).await.unwrap().is_none(),
@@ -94,7 +96,7 @@ async fn group_commit_isolates_failures(backend: Backend) {
     assert_eq!((ok.len(), failed), (200, 200));
     for i in 0..200 {
         let found = store.find_api_key(&format!("hash-{i}")).await.unwrap().expect("committed");
-        assert!(ok.contains(&KeyId::parse(&found.id).unwrap()));
+        assert!(ok.contains(&found.id));
     }
     store.close().await;
 }
@@ -125,7 +127,7 @@ async fn failures_first_in_a_batch(backend: Backend) {
     assert!(outcomes.chunks(2).all(|pair| pair == [false, true]), "{outcomes:?}");
     for (i, id) in taken.iter().enumerate() {
         let kept = store.find_api_key(&format!("taken-{i}")).await.unwrap().unwrap();
-        assert_eq!(&KeyId::parse(&kept.id).unwrap(), id);
+        assert_eq!(&kept.id, id);
         assert!(store.find_api_key(&format!("fresh-{i}")).await.unwrap().is_some());
     }
     store.close().await;
@@ -139,7 +141,7 @@ async fn reopening_keeps_data(backend: Backend) {
     let tenant = store.create_tenant("Kept".into()).await.unwrap();
     store.close().await;
     let store = open_url(&url).await;
-    let found = store.get_tenant(&TenantId::parse(&tenant.id).unwrap()).await.unwrap();
+    let found = store.get_tenant(&tenant.id).await.unwrap();
     assert_eq!(found.unwrap().name, "Kept");
     store.ping().await.unwrap();
     store.close().await;
@@ -164,7 +166,7 @@ async fn close_drains_the_writer(backend: Backend) {
     assert!(store.create_tenant("late".into()).await.is_err(), "the writer is closed");
     let reopened = open_url(&url).await;
     for id in ids {
-        assert!(reopened.get_tenant(&TenantId::parse(&id).unwrap()).await.unwrap().is_some());
+        assert!(reopened.get_tenant(&id).await.unwrap().is_some());
     }
     reopened.close().await;
 }
@@ -179,46 +181,56 @@ async fn open_streams_are_counted_across_daemons(backend: Backend) {
     let now = 1_000_000;
     store.renew_stream_daemon("dmn_a", now + 30_000).await.unwrap();
     store.renew_stream_daemon("dmn_b", now + 30_000).await.unwrap();
-    let open = |connection: String, daemon: &'static str| {
-        let store = store.clone();
-        async move { store.open_stream("app", "ann", &connection, daemon, 10, now).await.unwrap() }
+    let (app, other_app) = (ApplicationId::new(), ApplicationId::new());
+    let user = |name: &str| UserId::parse(name).unwrap();
+    let claim = |app: &ApplicationId, name: &str, connection: &ConnectionId, daemon: &str, at: i64| {
+        let (store, app, name, connection, daemon) =
+            (store.clone(), app.clone(), user(name), connection.clone(), daemon.to_owned());
+        async move {
+            let stream = OpenStream { application_id: &app, user_id: &name, connection_id: &connection };
+            store.open_stream(stream, &daemon, 10, at).await.unwrap()
+        }
     };
+    // Connections by a name the test gives them.
+    let mut connections = std::collections::HashMap::<String, ConnectionId>::new();
+    let mut con = |name: &str| connections.entry(name.to_owned()).or_insert_with(ConnectionId::new).clone();
+    let open = |connection: ConnectionId, daemon: &'static str| claim(&app, "ann", &connection, daemon, now);
     // Twenty concurrent claims through two daemons: exactly ten win.
     let claims: Vec<_> =
-        (0..20).map(|i| open(format!("con_{i}"), if i % 2 == 0 { "dmn_a" } else { "dmn_b" })).collect();
+        (0..20).map(|i| open(con(&format!("con_{i}")), if i % 2 == 0 { "dmn_a" } else { "dmn_b" })).collect();
     let won = futures_util::future::join_all(claims).await.into_iter().filter(|&w| w).count();
     assert_eq!(won, 10);
-    assert!(!open("con_x".into(), "dmn_a").await, "the 11th is refused");
-    assert!(store.open_stream("app", "bob", "con_bob", "dmn_a", 10, now).await.unwrap(), "per user");
-    assert!(store.open_stream("other", "ann", "con_o", "dmn_a", 10, now).await.unwrap(), "per application");
+    assert!(!open(con("con_x"), "dmn_a").await, "the 11th is refused");
+    assert!(claim(&app, "bob", &con("con_bob"), "dmn_a", now).await, "per user");
+    assert!(claim(&other_app, "ann", &con("con_o"), "dmn_a", now).await, "per application");
 
     // Streams that end free their slots.
     for i in 0..20 {
-        store.close_stream(&format!("con_{i}")).await.unwrap();
+        store.close_stream(&con(&format!("con_{i}"))).await.unwrap();
     }
     for i in 0..10 {
-        assert!(open(format!("con_again_{i}"), if i < 6 { "dmn_a" } else { "dmn_b" }).await);
+        assert!(open(con(&format!("con_again_{i}")), if i < 6 { "dmn_a" } else { "dmn_b" }).await);
     }
-    assert!(!open("con_y".into(), "dmn_b").await);
+    assert!(!open(con("con_y"), "dmn_b").await);
 
     // Daemon B stops: its four go at once.
     store.close_stream_daemon("dmn_b").await.unwrap();
     for i in 0..4 {
-        assert!(open(format!("con_after_b_{i}"), "dmn_a").await);
+        assert!(open(con(&format!("con_after_b_{i}")), "dmn_a").await);
     }
-    assert!(!open("con_z".into(), "dmn_a").await);
+    assert!(!open(con("con_z"), "dmn_a").await);
 
     // Daemon A lapses (not renewed past its lease): its streams no longer count, and the
     // cleanup deletes them; a renewed daemon's streams are kept.
     store.renew_stream_daemon("dmn_c", now + 120_000).await.unwrap();
-    assert!(store.open_stream("app", "cat", "con_cat", "dmn_c", 10, now).await.unwrap());
+    assert!(claim(&app, "cat", &con("con_cat"), "dmn_c", now).await);
     let later = now + 60_000;
-    assert!(store.open_stream("app", "ann", "con_late", "dmn_c", 10, later).await.unwrap());
+    assert!(claim(&app, "ann", &con("con_late"), "dmn_c", later).await);
     assert_eq!(store.delete_lapsed_streams(later).await.unwrap(), 12, "ann's ten and bob's and other's on A");
     for i in 1..10 {
-        assert!(store.open_stream("app", "cat", &format!("con_cat_{i}"), "dmn_c", 10, later).await.unwrap());
+        assert!(claim(&app, "cat", &con(&format!("con_cat_{i}")), "dmn_c", later).await);
     }
-    assert!(!store.open_stream("app", "cat", "con_cat_x", "dmn_c", 10, later).await.unwrap());
+    assert!(!claim(&app, "cat", &con("con_cat_x"), "dmn_c", later).await);
     store.close().await;
 }
 both_backends!(

@@ -37,6 +37,25 @@ impl Backend {
         self == Backend::Sqlite || Self::postgres_url().is_some()
     }
 
+    /// Runs raw SQL statements on the database at `url`, behind the daemon's back (tests use it
+    /// to make states the API cannot, such as a change that commits late).
+    pub async fn execute(self, url: &str, statements: &[String]) {
+        match self {
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+                for s in statements {
+                    sqlx::query(sqlx::AssertSqlSafe(s.clone())).execute(&mut conn).await.unwrap();
+                }
+            }
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+                for s in statements {
+                    sqlx::query(sqlx::AssertSqlSafe(s.clone())).execute(&mut conn).await.unwrap();
+                }
+            }
+        }
+    }
+
     /// A database URL for a fresh, empty database of this backend: a file under `dir`, or a new
     /// schema in the PostgreSQL test database.
     pub async fn fresh_database_url(self, dir: &Path) -> String {

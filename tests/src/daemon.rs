@@ -22,6 +22,8 @@ pub struct TestDaemon {
     task: Option<JoinHandle<anyhow::Result<()>>>,
     pub dir: TempDir,
     pub database_url: String,
+    /// The settings it was started with (a restart keeps them).
+    extra: Vec<(String, String)>,
 }
 
 /// The configuration every test daemon starts from, as `HERALD_*` variables.
@@ -52,27 +54,49 @@ impl TestDaemon {
         crate::init_crypto();
         let dir = tempfile::tempdir().expect("temp dir");
         let database_url = backend.fresh_database_url(dir.path()).await;
-        Self::start_on(backend, dir, database_url, extra).await
+        let extra = extra.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        Self::start_on(backend, dir, database_url, extra, None, TestIdp::start().await).await
     }
 
     /// Another daemon on this one's database (several daemons, one PostgreSQL).
     pub async fn start_sharing(&self, extra: Vec<(&str, String)>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        Self::start_on(self.backend, dir, self.database_url.clone(), extra).await
+        let extra = extra.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        Self::start_on(self.backend, dir, self.database_url.clone(), extra, None, TestIdp::start().await)
+            .await
+    }
+
+    /// Stops the daemon gracefully and starts it again on the same address, database, data
+    /// folder and identity provider, as a restart of the process would.
+    pub async fn restart(mut self) -> Self {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("the daemon stops within 10 s");
+        }
+        let (backend, addr, extra, database_url) =
+            (self.backend, self.addr, std::mem::take(&mut self.extra), self.database_url.clone());
+        // The fields that outlive the old daemon move to the new one.
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
+        let idp = std::mem::replace(&mut self.idp, TestIdp::start().await);
+        Self::start_on(backend, dir, database_url, extra, Some(addr), idp).await
     }
 
     async fn start_on(
         backend: Backend,
         dir: TempDir,
         database_url: String,
-        extra: Vec<(&str, String)>,
+        extra: Vec<(String, String)>,
+        addr: Option<SocketAddr>,
+        idp: TestIdp,
     ) -> Self {
-        let idp = TestIdp::start().await;
         let mut env = base_env(dir.path(), &database_url, &idp);
-        env.extend(extra.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        env.extend(extra.iter().cloned());
         let config = Layers::new().env(env).build(false).expect("test configuration");
         herald_daemon::telemetry::init_logging(&config);
-        let listener = herald_daemon::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let addr = addr.unwrap_or_else(|| "127.0.0.1:0".parse().expect("addr"));
+        let listener = bind_retrying(addr).await;
         let addr = listener.local_addr().expect("addr");
         let state = herald_daemon::build_state(config, addr).await.expect("daemon state");
         let shutdown = CancellationToken::new();
@@ -89,6 +113,7 @@ impl TestDaemon {
             task: Some(task),
             dir,
             database_url,
+            extra,
         }
     }
 
@@ -113,6 +138,17 @@ impl TestDaemon {
                 .expect("daemon result");
         }
     }
+}
+
+/// Binds `addr`; a port just released by a daemon that stopped may take a moment to be free.
+async fn bind_retrying(addr: SocketAddr) -> tokio::net::TcpListener {
+    for _ in 0..50 {
+        if let Ok(listener) = herald_daemon::bind(addr) {
+            return listener;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    herald_daemon::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"))
 }
 
 impl Drop for TestDaemon {

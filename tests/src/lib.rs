@@ -3,6 +3,7 @@
 //! loopback, the typed client from `herald-common`, and a polling helper.
 
 pub mod backend;
+pub mod browser;
 pub mod daemon;
 pub mod idp;
 pub mod peers;

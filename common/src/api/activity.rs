@@ -5,22 +5,85 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     Timestamp,
-    api::notifications::{AttemptOut, Channel},
-    ids::ApplicationId,
+    api::notifications::{AttemptOut, Channel, DeliveryStatus},
+    api::otp::OtpStatus,
+    ids::{ApplicationId, TransactionId},
+    wire::wire_enum,
 };
+
+wire_enum! {
+    /// The status of an activity item: a notification's delivery status, or an OTP
+    /// transaction's status.
+    pub enum ActivityStatus {
+        /// Notification: accepted, waiting for a worker (or for its next attempt).
+        Queued = "queued",
+        /// Notification: being handed to the provider.
+        Sending = "sending",
+        /// Notification: accepted by the provider. OTP: the code was delivered and can be verified.
+        Sent = "sent",
+        /// Notification (in_app): in the user's inbox.
+        Delivered = "delivered",
+        /// Notification: given up (`failure_reason` says why). OTP: the provider refused the code.
+        Failed = "failed",
+        /// OTP: the right code was submitted.
+        Verified = "verified",
+        /// OTP: its time ran out before it was verified.
+        Expired = "expired",
+        /// OTP: five wrong codes; blocked for good.
+        Tombstoned = "tombstoned",
+    }
+}
+
+impl ActivityStatus {
+    /// A final state: nothing more will happen to the item unless it is retried.
+    pub fn is_final(self) -> bool {
+        !matches!(self, ActivityStatus::Queued | ActivityStatus::Sending)
+    }
+}
+
+impl From<DeliveryStatus> for ActivityStatus {
+    fn from(status: DeliveryStatus) -> Self {
+        match status {
+            DeliveryStatus::Queued => ActivityStatus::Queued,
+            DeliveryStatus::Sending => ActivityStatus::Sending,
+            DeliveryStatus::Sent => ActivityStatus::Sent,
+            DeliveryStatus::Delivered => ActivityStatus::Delivered,
+            DeliveryStatus::Failed => ActivityStatus::Failed,
+        }
+    }
+}
+
+impl From<OtpStatus> for ActivityStatus {
+    fn from(status: OtpStatus) -> Self {
+        match status {
+            OtpStatus::Sent => ActivityStatus::Sent,
+            OtpStatus::Verified => ActivityStatus::Verified,
+            OtpStatus::Expired => ActivityStatus::Expired,
+            OtpStatus::Tombstoned => ActivityStatus::Tombstoned,
+            OtpStatus::Failed => ActivityStatus::Failed,
+        }
+    }
+}
+
+wire_enum! {
+    /// The `status` of a retry response: always `retry_queued`.
+    pub enum RetryStatus {
+        RetryQueued = "retry_queued",
+    }
+}
 
 /// Spec §2.8.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ActivityItem {
     /// `notif_…` or `otp_…`.
-    pub transaction_id: String,
+    pub transaction_id: TransactionId,
     pub application_id: ApplicationId,
     pub application_name: String,
     pub channel: Channel,
     pub recipient_masked: String,
     /// Notifications: `queued`, `sending`, `sent`, `delivered`, `failed`. OTP: `sent`,
     /// `verified`, `expired`, `tombstoned`, `failed`.
-    pub status: String,
+    pub status: ActivityStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
     pub created_at: Timestamp,
@@ -53,9 +116,8 @@ pub struct ActivityDetail {
 /// Spec §2.10.
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RetryQueued {
-    /// Always `retry_queued`.
-    pub status: String,
-    pub transaction_id: String,
+    pub status: RetryStatus,
+    pub transaction_id: TransactionId,
     pub queued_at: Timestamp,
 }
 
@@ -66,7 +128,7 @@ pub struct BulkRetryIn {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel: Option<Channel>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub application_id: Option<String>,
+    pub application_id: Option<ApplicationId>,
     /// Created at or after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<Timestamp>,
@@ -77,8 +139,7 @@ pub struct BulkRetryIn {
 
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BulkRetryOut {
-    /// Always `retry_queued`.
-    pub status: String,
+    pub status: RetryStatus,
     /// Notifications queued again (at most 1,000 per call; call again for more).
     pub count: u64,
     pub queued_at: Timestamp,

@@ -3,55 +3,32 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Timestamp, ids::DomainId};
+use crate::{Timestamp, ids::DomainId, wire::wire_enum};
 
-/// Where a domain, or one of its records, stands after the last check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum DomainStatus {
-    /// Not found yet: publish the record (DNS changes can take a while to be seen).
-    Pending,
-    /// Found and correct.
-    Verified,
-    /// Found but wrong (or, for a domain, not found within 72 hours): the detail says what to fix.
-    Failed,
-    /// The DNS could not answer (a timeout or SERVFAIL): nothing is known; checked again later.
-    TemporaryFailure,
-}
-
-impl DomainStatus {
-    pub const ALL: [DomainStatus; 4] = [Self::Pending, Self::Verified, Self::Failed, Self::TemporaryFailure];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Verified => "verified",
-            Self::Failed => "failed",
-            Self::TemporaryFailure => "temporary_failure",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text)
+wire_enum! {
+    /// Where a domain, or one of its records, stands after the last check.
+    pub enum DomainStatus {
+        /// Not found yet: publish the record (DNS changes can take a while to be seen).
+        Pending = "pending",
+        /// Found and correct.
+        Verified = "verified",
+        /// Found but wrong (or, for a domain, not found within 72 hours): the detail says what to fix.
+        Failed = "failed",
+        /// The DNS could not answer (a timeout or SERVFAIL): nothing is known; checked again later.
+        TemporaryFailure = "temporary_failure",
     }
 }
 
-impl std::fmt::Display for DomainStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+wire_enum! {
+    /// What a record proves.
+    pub enum RecordPurpose {
+        /// `_herald-challenge.<name>` holds the domain's challenge token: the tenant controls its DNS.
+        Ownership = "ownership",
+        /// The single `v=spf1` record of `<name>` includes Herald's sending hosts.
+        Spf = "spf",
+        /// `<selector>._domainkey.<name>` publishes the public half of the domain's DKIM key.
+        Dkim = "dkim",
     }
-}
-
-/// What a record proves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RecordPurpose {
-    /// `_herald-challenge.<name>` holds the domain's challenge token: the tenant controls its DNS.
-    Ownership,
-    /// The single `v=spf1` record of `<name>` includes Herald's sending hosts.
-    Spf,
-    /// `<selector>._domainkey.<name>` publishes the public half of the domain's DKIM key.
-    Dkim,
 }
 
 /// `POST /api/v1/domains`.

@@ -5,73 +5,60 @@ use serde_json::{Map, Value};
 
 use crate::{
     Timestamp,
-    ids::{ApplicationId, NotificationId},
+    ids::{ApplicationId, NotificationId, TemplateId},
+    wire::wire_enum,
 };
 
-/// A delivery channel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Channel {
-    Email,
-    Sms,
-    Whatsapp,
-    InApp,
-}
-
-impl Channel {
-    pub const ALL: [Channel; 4] = [Channel::Email, Channel::Sms, Channel::Whatsapp, Channel::InApp];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Channel::Email => "email",
-            Channel::Sms => "sms",
-            Channel::Whatsapp => "whatsapp",
-            Channel::InApp => "in_app",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Channel> {
-        Self::ALL.into_iter().find(|c| c.as_str() == text)
+wire_enum! {
+    /// A delivery channel.
+    pub enum Channel {
+        Email = "email",
+        Sms = "sms",
+        Whatsapp = "whatsapp",
+        InApp = "in_app",
     }
 }
 
-impl std::fmt::Display for Channel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+wire_enum! {
+    /// Where a notification is in its delivery (CONTRACT §5).
+    pub enum DeliveryStatus {
+        /// Accepted, waiting for a worker (also after a transient failure, until the next attempt).
+        Queued = "queued",
+        /// A worker is handing it to the provider.
+        Sending = "sending",
+        /// Accepted by the provider or SMTP server.
+        Sent = "sent",
+        /// In the user's inbox (in_app).
+        Delivered = "delivered",
+        /// Given up: `failure_reason` says why.
+        Failed = "failed",
     }
 }
 
-/// Where a notification is in its delivery (CONTRACT §5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum DeliveryStatus {
-    /// Accepted, waiting for a worker (also after a transient failure, until the next attempt).
-    Queued,
-    /// A worker is handing it to the provider.
-    Sending,
-    /// Accepted by the provider or SMTP server.
-    Sent,
-    /// In the user's inbox (in_app).
-    Delivered,
-    /// Given up: `failure_reason` says why.
-    Failed,
+wire_enum! {
+    /// What one delivery attempt came to.
+    pub enum AttemptOutcome {
+        /// The provider or SMTP server accepted the message.
+        Sent = "sent",
+        /// Put in the user's inbox (in_app).
+        Delivered = "delivered",
+        /// Failed in a way worth retrying (a timeout, a 4xx SMTP reply, a provider outage).
+        TransientFailure = "transient_failure",
+        /// Failed in a way retrying would not fix (a rejected recipient, an invalid number).
+        PermanentFailure = "permanent_failure",
+    }
 }
 
-impl DeliveryStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryStatus::Queued => "queued",
-            DeliveryStatus::Sending => "sending",
-            DeliveryStatus::Sent => "sent",
-            DeliveryStatus::Delivered => "delivered",
-            DeliveryStatus::Failed => "failed",
-        }
+impl AttemptOutcome {
+    pub fn is_failure(self) -> bool {
+        matches!(self, AttemptOutcome::TransientFailure | AttemptOutcome::PermanentFailure)
     }
+}
 
-    pub fn parse(text: &str) -> Option<DeliveryStatus> {
-        [Self::Queued, Self::Sending, Self::Sent, Self::Delivered, Self::Failed]
-            .into_iter()
-            .find(|s| s.as_str() == text)
+wire_enum! {
+    /// The `status` of a dispatch response: always `accepted`.
+    pub enum Accepted {
+        Accepted = "accepted",
     }
 }
 
@@ -88,14 +75,17 @@ pub struct NotificationIn {
     /// Title of an in-app notification.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    /// Plain-text body. Required unless the template supplies it.
+    /// Plain-text body. Required unless the template supplies it; with a template that has a
+    /// body, the template's wins (this is then only a fallback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
     /// HTML body (email only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub html_body: Option<String>,
+    /// A stored template: the parts it defines (subject, body, html_body) replace the request's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub template_id: Option<String>,
+    pub template_id: Option<TemplateId>,
+    /// Values for the template's placeholders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub template_data: Option<Map<String, Value>>,
@@ -129,8 +119,7 @@ impl NotificationIn {
 /// Spec §2.2.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NotificationAccepted {
-    /// Always `accepted`.
-    pub status: String,
+    pub status: Accepted,
     pub notification_id: NotificationId,
     pub channel: Channel,
     /// `queued` on acceptance.
@@ -144,8 +133,7 @@ pub struct AttemptOut {
     pub attempt: u32,
     pub started_at: Timestamp,
     pub finished_at: Timestamp,
-    /// `sent`, `delivered`, `transient_failure` or `permanent_failure`.
-    pub outcome: String,
+    pub outcome: AttemptOutcome,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_message_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -2,7 +2,38 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Timestamp, api::notifications::Channel, ids::OtpId};
+use crate::{Timestamp, api::notifications::Channel, ids::OtpId, wire::wire_enum};
+
+wire_enum! {
+    /// Where an OTP transaction stands (spec §3.1). `expired` is also shown for a `sent`
+    /// code whose time ran out, before anyone wrote it down.
+    pub enum OtpStatus {
+        /// Delivered; waiting for the code.
+        Sent = "sent",
+        /// The right code was submitted.
+        Verified = "verified",
+        /// Its time ran out.
+        Expired = "expired",
+        /// Five wrong codes: blocked for good.
+        Tombstoned = "tombstoned",
+        /// The provider refused the code; nothing to verify.
+        Failed = "failed",
+    }
+}
+
+wire_enum! {
+    /// The `status` of an OTP send response: always `sent`.
+    pub enum OtpSent {
+        Sent = "sent",
+    }
+}
+
+wire_enum! {
+    /// The `status` of an OTP verify response: always `verified`.
+    pub enum OtpVerified {
+        Verified = "verified",
+    }
+}
 
 /// Spec §2.5.
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -32,8 +63,7 @@ impl OtpSendIn {
 /// Spec §2.6 (the fuller form).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OtpSendOut {
-    /// Always `sent`.
-    pub status: String,
+    pub status: OtpSent,
     pub transaction_id: OtpId,
     /// The recipient, masked.
     pub recipient: String,
@@ -51,8 +81,7 @@ pub struct OtpVerifyIn {
 
 #[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OtpVerifyOut {
-    /// Always `verified`.
-    pub status: String,
+    pub status: OtpVerified,
     pub transaction_id: OtpId,
     pub verified_at: Timestamp,
 }

@@ -40,12 +40,12 @@ impl Client {
         Self::send(self.request(Method::GET, "/api/v1/activity").query(&pairs)).await
     }
 
-    pub async fn activity_item(&self, id: &str) -> Result<ActivityDetail, ClientError> {
-        self.get(&format!("/api/v1/activity/{}", encode_path_segment(id))).await
+    pub async fn activity_item(&self, id: impl AsRef<str>) -> Result<ActivityDetail, ClientError> {
+        self.get(&format!("/api/v1/activity/{}", encode_path_segment(id.as_ref()))).await
     }
 
-    pub async fn retry(&self, id: &str) -> Result<RetryQueued, ClientError> {
-        let path = format!("/api/v1/activity/{}/retry", encode_path_segment(id));
+    pub async fn retry(&self, id: impl AsRef<str>) -> Result<RetryQueued, ClientError> {
+        let path = format!("/api/v1/activity/{}/retry", encode_path_segment(id.as_ref()));
         Self::send(self.request(Method::POST, &path)).await
     }
 

@@ -8,8 +8,9 @@ impl Client {
         self.get("/api/v1/applications").await
     }
 
-    pub async fn application(&self, application_id: &str) -> Result<ApplicationOut, ClientError> {
-        let path = format!("/api/v1/applications/{}", super::users::encode_path_segment(application_id));
+    pub async fn application(&self, application_id: impl AsRef<str>) -> Result<ApplicationOut, ClientError> {
+        let path =
+            format!("/api/v1/applications/{}", super::users::encode_path_segment(application_id.as_ref()));
         self.get(&path).await
     }
 }

@@ -12,17 +12,17 @@ impl Client {
         self.get("/api/v1/domains").await
     }
 
-    pub async fn domain(&self, id: &str) -> Result<DomainOut, ClientError> {
-        self.get(&format!("/api/v1/domains/{}", encode_path_segment(id))).await
+    pub async fn domain(&self, id: impl AsRef<str>) -> Result<DomainOut, ClientError> {
+        self.get(&format!("/api/v1/domains/{}", encode_path_segment(id.as_ref()))).await
     }
 
     /// Checks the domain's records in the DNS now; the domain as it stands after the check.
-    pub async fn verify_domain(&self, id: &str) -> Result<DomainOut, ClientError> {
-        let path = format!("/api/v1/domains/{}/verify", encode_path_segment(id));
+    pub async fn verify_domain(&self, id: impl AsRef<str>) -> Result<DomainOut, ClientError> {
+        let path = format!("/api/v1/domains/{}/verify", encode_path_segment(id.as_ref()));
         Self::send(self.request(reqwest::Method::POST, &path)).await
     }
 
-    pub async fn delete_domain(&self, id: &str) -> Result<(), ClientError> {
-        self.delete(&format!("/api/v1/domains/{}", encode_path_segment(id))).await
+    pub async fn delete_domain(&self, id: impl AsRef<str>) -> Result<(), ClientError> {
+        self.delete(&format!("/api/v1/domains/{}", encode_path_segment(id.as_ref()))).await
     }
 }

@@ -12,8 +12,12 @@ impl Client {
         Self::send(self.request(Method::GET, "/api/v1/inbox").query(query)).await
     }
 
-    pub async fn patch_inbox_item(&self, id: &str, patch: &InboxPatch) -> Result<InboxItem, ClientError> {
-        let path = format!("/api/v1/inbox/{}", encode_path_segment(id));
+    pub async fn patch_inbox_item(
+        &self,
+        id: impl AsRef<str>,
+        patch: &InboxPatch,
+    ) -> Result<InboxItem, ClientError> {
+        let path = format!("/api/v1/inbox/{}", encode_path_segment(id.as_ref()));
         Self::send(self.request(Method::PATCH, &path).json(patch)).await
     }
 

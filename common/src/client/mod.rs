@@ -3,6 +3,8 @@
 
 mod activity;
 pub use activity::ActivityQuery;
+mod follow;
+pub use follow::{ConnectionState, FollowOptions, Followed, Follower};
 mod applications;
 mod domains;
 mod health;
@@ -11,6 +13,7 @@ mod notifications;
 mod otp;
 mod users;
 
+pub use reqwest::Error as TransportError;
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -20,8 +23,12 @@ use crate::Problem;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Herald answered with a problem+json error.
-    #[error("{0}")]
-    Problem(Box<Problem>),
+    #[error("{problem}")]
+    Problem {
+        problem: Box<Problem>,
+        /// `Retry-After`, in seconds, when the answer had one (429, 409 in flight, 503).
+        retry_after: Option<u64>,
+    },
     /// Herald answered something that is not JSON of the expected shape.
     #[error("unexpected response (HTTP {status}): {body}")]
     Unexpected { status: u16, body: String },
@@ -34,10 +41,26 @@ impl ClientError {
     /// The problem body, when Herald sent one.
     pub fn problem(&self) -> Option<&Problem> {
         match self {
-            ClientError::Problem(p) => Some(p),
+            ClientError::Problem { problem, .. } => Some(problem),
             _ => None,
         }
     }
+
+    /// How long the server asked to wait before trying again, if it did.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            ClientError::Problem { retry_after, .. } => retry_after.map(std::time::Duration::from_secs),
+            _ => None,
+        }
+    }
+}
+
+/// A JSON answer and whether it is the replay of an earlier request with the same
+/// `Idempotency-Key` (`Idempotent-Replayed: true`).
+#[derive(Clone, Debug)]
+pub struct Answer<T> {
+    pub value: T,
+    pub replayed: bool,
 }
 
 /// A Herald API client bound to a base URL and, optionally, one bearer credential (an API key,
@@ -101,10 +124,23 @@ impl Client {
 
     /// Sends a request and decodes a JSON success, or the problem of a failure.
     pub async fn send<T: DeserializeOwned>(request: RequestBuilder) -> Result<T, ClientError> {
+        Self::answer(request).await.map(|answer| answer.value)
+    }
+
+    /// As [`Client::send`], also saying whether the answer is an idempotent replay.
+    pub async fn answer<T: DeserializeOwned>(request: RequestBuilder) -> Result<Answer<T>, ClientError> {
         let response = request.send().await?;
         let status = response.status();
+        let header =
+            |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let replayed = header("idempotent-replayed").is_some_and(|v| v == "true");
+        let retry_after = header("retry-after").and_then(|v| v.parse().ok());
         let bytes = response.bytes().await?;
-        decode(status, &bytes)
+        match decode(status, &bytes) {
+            Ok(value) => Ok(Answer { value, replayed }),
+            Err(ClientError::Problem { problem, .. }) => Err(ClientError::Problem { problem, retry_after }),
+            Err(other) => Err(other),
+        }
     }
 }
 
@@ -114,7 +150,7 @@ fn decode<T: DeserializeOwned>(status: StatusCode, bytes: &[u8]) -> Result<T, Cl
             return Ok(value);
         }
     } else if let Ok(problem) = serde_json::from_slice::<Problem>(bytes) {
-        return Err(ClientError::Problem(Box::new(problem)));
+        return Err(ClientError::Problem { problem: Box::new(problem), retry_after: None });
     }
     Err(ClientError::Unexpected {
         status: status.as_u16(),

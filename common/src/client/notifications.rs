@@ -2,7 +2,7 @@
 
 use reqwest::Method;
 
-use super::{Client, ClientError, users::encode_path_segment};
+use super::{Answer, Client, ClientError, users::encode_path_segment};
 use crate::api::{
     notifications::{NotificationAccepted, NotificationIn, NotificationOut},
     templates::{TemplateIn, TemplateListOut, TemplateOut},
@@ -15,23 +15,33 @@ impl Client {
         notification: &NotificationIn,
         idempotency_key: Option<&str>,
     ) -> Result<NotificationAccepted, ClientError> {
+        self.dispatch(notification, idempotency_key).await.map(|answer| answer.value)
+    }
+
+    /// As [`Client::send_notification`], also saying whether the answer replays an earlier
+    /// request with the same key (nothing was sent this time).
+    pub async fn dispatch(
+        &self,
+        notification: &NotificationIn,
+        idempotency_key: Option<&str>,
+    ) -> Result<Answer<NotificationAccepted>, ClientError> {
         let mut request = self.request(Method::POST, "/api/v1/notifications").json(notification);
         if let Some(key) = idempotency_key {
             request = request.header("Idempotency-Key", key);
         }
-        Self::send(request).await
+        Self::answer(request).await
     }
 
-    pub async fn notification(&self, id: &str) -> Result<NotificationOut, ClientError> {
-        self.get(&format!("/api/v1/notifications/{}", encode_path_segment(id))).await
+    pub async fn notification(&self, id: impl AsRef<str>) -> Result<NotificationOut, ClientError> {
+        self.get(&format!("/api/v1/notifications/{}", encode_path_segment(id.as_ref()))).await
     }
 
     pub async fn create_template(&self, template: &TemplateIn) -> Result<TemplateOut, ClientError> {
         self.post("/api/v1/templates", template).await
     }
 
-    pub async fn template(&self, id: &str) -> Result<TemplateOut, ClientError> {
-        self.get(&format!("/api/v1/templates/{}", encode_path_segment(id))).await
+    pub async fn template(&self, id: impl AsRef<str>) -> Result<TemplateOut, ClientError> {
+        self.get(&format!("/api/v1/templates/{}", encode_path_segment(id.as_ref()))).await
     }
 
     pub async fn templates(&self) -> Result<TemplateListOut, ClientError> {
@@ -40,15 +50,15 @@ impl Client {
 
     pub async fn replace_template(
         &self,
-        id: &str,
+        id: impl AsRef<str>,
         template: &TemplateIn,
     ) -> Result<TemplateOut, ClientError> {
-        let path = format!("/api/v1/templates/{}", encode_path_segment(id));
+        let path = format!("/api/v1/templates/{}", encode_path_segment(id.as_ref()));
         Self::send(self.request(Method::PUT, &path).json(template)).await
     }
 
     /// Deletes a template (204 on success).
-    pub async fn delete_template(&self, id: &str) -> Result<(), ClientError> {
-        self.delete(&format!("/api/v1/templates/{}", encode_path_segment(id))).await
+    pub async fn delete_template(&self, id: impl AsRef<str>) -> Result<(), ClientError> {
+        self.delete(&format!("/api/v1/templates/{}", encode_path_segment(id.as_ref()))).await
     }
 }

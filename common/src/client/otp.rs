@@ -18,8 +18,12 @@ impl Client {
         Self::send(builder).await
     }
 
-    pub async fn verify_otp(&self, transaction_id: &str, code: &str) -> Result<OtpVerifyOut, ClientError> {
-        let body = OtpVerifyIn { transaction_id: transaction_id.to_owned(), code: code.to_owned() };
+    pub async fn verify_otp(
+        &self,
+        transaction_id: impl AsRef<str>,
+        code: &str,
+    ) -> Result<OtpVerifyOut, ClientError> {
+        let body = OtpVerifyIn { transaction_id: transaction_id.as_ref().to_owned(), code: code.to_owned() };
         self.post("/api/v1/otp/verify", &body).await
     }
 }

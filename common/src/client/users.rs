@@ -7,10 +7,10 @@ impl Client {
     /// Mints a token for `user_id` (needs an API key with `users:token`).
     pub async fn user_token(
         &self,
-        user_id: &str,
+        user_id: impl AsRef<str>,
         ttl_seconds: Option<u32>,
     ) -> Result<UserTokenOut, ClientError> {
-        let path = format!("/api/v1/users/{}/token", encode_path_segment(user_id));
+        let path = format!("/api/v1/users/{}/token", encode_path_segment(user_id.as_ref()));
         self.post(&path, &UserTokenIn { ttl_seconds }).await
     }
 }

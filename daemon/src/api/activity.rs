@@ -8,20 +8,23 @@ use axum::{
 use herald_common::{
     ErrorCode, FieldError, Problem, Timestamp,
     api::{
-        activity::{ActivityDetail, ActivityItem, ActivityList, BulkRetryIn, BulkRetryOut, RetryQueued},
-        notifications::{AttemptOut, Channel},
+        activity::{
+            ActivityDetail, ActivityList, ActivityStatus, BulkRetryIn, BulkRetryOut, RetryQueued, RetryStatus,
+        },
+        notifications::Channel,
     },
-    ids::{ApplicationId, NotificationId, OtpId},
+    ids::{ApplicationId, TransactionId},
 };
 use serde::Deserialize;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::{TenantAuth, scopes};
 use super::extract::{AppJson, AppQuery};
 use crate::{
-    auth::{TenantAuth, scopes},
     error::{ApiError, ApiResult},
     state::AppState,
-    store::{ActivityFilter, ActivityRow, RetryResult},
+    store::{ActivityFilter, RetryResult},
+    views,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -38,18 +41,17 @@ pub const MAX_LIMIT: u32 = 100;
 /// Most notifications one bulk retry queues.
 pub const BULK_RETRY_MAX: i64 = 1_000;
 
-/// Every status the feed shows.
-pub const STATUSES: [&str; 8] =
-    ["queued", "sending", "sent", "delivered", "failed", "verified", "expired", "tombstoned"];
-
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ActivityParams {
     /// `email`, `sms`, `whatsapp` or `in_app`.
+    #[param(value_type = Option<Channel>)]
     channel: Option<String>,
     /// One of queued, sending, sent, delivered, failed, verified, expired, tombstoned.
+    #[param(value_type = Option<ActivityStatus>)]
     status: Option<String>,
+    #[param(value_type = Option<ApplicationId>)]
     application_id: Option<String>,
     /// Created at or after (ISO 8601).
     from: Option<String>,
@@ -86,24 +88,6 @@ fn time(field: &str, value: Option<&str>) -> Result<Option<i64>, FieldError> {
         .map_err(|_| FieldError::new(field, "must be an ISO 8601 time such as 2026-11-22T10:15:30Z"))
 }
 
-/// The wire form of a feed row.
-pub fn activity_item(row: ActivityRow) -> ApiResult<ActivityItem> {
-    let corrupt =
-        || ApiError::internal(anyhow::anyhow!("stored activity row {} is invalid", row.transaction_id));
-    Ok(ActivityItem {
-        application_id: ApplicationId::parse(&row.application_id).map_err(|_| corrupt())?,
-        channel: Channel::parse(&row.channel).ok_or_else(corrupt)?,
-        failure_reason: row.failure_reason.filter(|_| row.status == "failed"),
-        retryable: row.retryable && row.status == "failed",
-        retry_count: u32::try_from(row.retry_count).unwrap_or(0),
-        created_at: Timestamp::from_millis(row.created_at),
-        application_name: row.application_name,
-        recipient_masked: row.recipient_masked,
-        status: row.status,
-        transaction_id: row.transaction_id,
-    })
-}
-
 /// The masked timeline of every notification and OTP transaction of the caller's tenant, newest
 /// first.
 #[utoipa::path(get, path = "/api/v1/activity", tag = "activity", params(ActivityParams),
@@ -128,16 +112,21 @@ async fn list_activity(
         errors.push(e);
         20
     });
-    if let Some(channel) = &params.channel
-        && Channel::parse(channel).is_none()
-    {
-        errors.push(FieldError::new("channel", "must be email, sms, whatsapp or in_app"));
-    }
-    if let Some(status) = &params.status
-        && !STATUSES.contains(&status.as_str())
-    {
-        errors.push(FieldError::new("status", format!("must be one of {}", STATUSES.join(", "))));
-    }
+    let mut parsed = |field: &str, value: &Option<String>, parse: &dyn Fn(&str) -> bool, values: String| {
+        if value.as_deref().is_some_and(|v| !parse(v)) {
+            errors.push(FieldError::new(field, format!("must be one of {values}")));
+        }
+    };
+    parsed("channel", &params.channel, &|v| Channel::parse(v).is_some(), Channel::values());
+    parsed("status", &params.status, &|v| ActivityStatus::parse(v).is_some(), ActivityStatus::values());
+    let application_id = match params.application_id.as_deref().map(ApplicationId::parse) {
+        Some(Err(e)) => {
+            errors.push(FieldError::new("application_id", e.to_string()));
+            None
+        }
+        Some(Ok(id)) => Some(id),
+        None => None,
+    };
     let from = time("from", params.from.as_deref()).unwrap_or_else(|e| {
         errors.push(e);
         None
@@ -150,10 +139,10 @@ async fn list_activity(
         return Err(ApiError::validation(errors));
     }
     let filter = ActivityFilter {
-        tenant_id: principal.tenant_id().to_string(),
-        channel: params.channel,
-        status: params.status,
-        application_id: params.application_id,
+        tenant_id: principal.tenant_id().clone(),
+        channel: params.channel.as_deref().and_then(Channel::parse),
+        status: params.status.as_deref().and_then(ActivityStatus::parse),
+        application_id,
         from,
         to,
     };
@@ -164,7 +153,7 @@ async fn list_activity(
         total_count,
         page,
         limit,
-        items: rows.into_iter().map(activity_item).collect::<ApiResult<_>>()?,
+        items: rows.into_iter().map(views::activity_item).collect(),
     }))
 }
 
@@ -184,37 +173,24 @@ async fn get_activity_item(
     Path(transaction_id): Path<String>,
 ) -> ApiResult<Json<ActivityDetail>> {
     let not_found = || ApiError::not_found("activity item");
-    if NotificationId::parse(&transaction_id).is_err() && OtpId::parse(&transaction_id).is_err() {
-        return Err(not_found());
-    }
+    let id = TransactionId::parse(&transaction_id).map_err(|_| not_found())?;
     let row = state
         .store
-        .get_activity(principal.tenant_id().as_str(), &transaction_id, state.clock.now_millis())
+        .get_activity(principal.tenant_id(), &id, state.clock.now_millis())
         .await?
         .ok_or_else(not_found)?;
     let updated_at = Timestamp::from_millis(row.updated_at);
-    let is_otp = transaction_id.starts_with(OtpId::PREFIX);
-    let failed_verifications = is_otp.then(|| u32::try_from(row.failed_attempts).unwrap_or(0));
-    let (attempts, item) = if is_otp {
+    let (attempts, failed_verifications) = match &id {
         // The OTP's one delivery happened inside its send request.
-        let outcome = if row.status == "failed" { "permanent_failure" } else { "sent" };
-        let attempt = AttemptOut {
-            attempt: 1,
-            started_at: Timestamp::from_millis(row.created_at),
-            finished_at: Timestamp::from_millis(row.created_at),
-            outcome: outcome.to_owned(),
-            provider_message_id: None,
-            error: row.failure_reason.clone(),
-        };
-        (vec![attempt], activity_item(row)?)
-    } else {
-        let attempts = match state.store.get_notification(&transaction_id).await? {
-            Some((_, attempts)) => attempts.into_iter().map(super::notifications::attempt_out).collect(),
-            None => Vec::new(),
-        };
-        (attempts, activity_item(row)?)
+        TransactionId::Otp(_) => {
+            (vec![views::otp_attempt(&row)], Some(u32::try_from(row.failed_attempts).unwrap_or(0)))
+        }
+        TransactionId::Notification(id) => match state.store.get_notification(id).await? {
+            Some((_, attempts)) => (attempts.into_iter().map(views::attempt_out).collect(), None),
+            None => (Vec::new(), None),
+        },
     };
-    Ok(Json(ActivityDetail { item, updated_at, attempts, failed_verifications }))
+    Ok(Json(ActivityDetail { item: views::activity_item(row), updated_at, attempts, failed_verifications }))
 }
 
 /// Queues a failed, retryable notification again (`activity:retry`).
@@ -235,20 +211,18 @@ async fn retry_item(
     Path(transaction_id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<RetryQueued>)> {
     let now = state.clock.now_millis();
-    let result = if NotificationId::parse(&transaction_id).is_ok() || OtpId::parse(&transaction_id).is_ok() {
-        state.store.retry_notification(principal.tenant_id().as_str(), &transaction_id, now).await?
-    } else {
-        RetryResult::NotFound
+    let Ok(id) = TransactionId::parse(&transaction_id) else {
+        return Err(ApiError::not_found("activity item"));
     };
-    match result {
+    match state.store.retry_notification(principal.tenant_id(), &id, now).await? {
         RetryResult::Queued => {
             state.delivery_wake.notify_one();
             tracing::info!("queued again by an operator");
             Ok((
                 StatusCode::ACCEPTED,
                 Json(RetryQueued {
-                    status: "retry_queued".to_owned(),
-                    transaction_id,
+                    status: RetryStatus::RetryQueued,
+                    transaction_id: id,
                     queued_at: Timestamp::from_millis(now),
                 }),
             ))
@@ -278,8 +252,8 @@ async fn retry_matching(
 ) -> ApiResult<(StatusCode, Json<BulkRetryOut>)> {
     let now = state.clock.now_millis();
     let filter = ActivityFilter {
-        tenant_id: principal.tenant_id().to_string(),
-        channel: filter.channel.map(|c| c.as_str().to_owned()),
+        tenant_id: principal.tenant_id().clone(),
+        channel: filter.channel,
         status: None,
         application_id: filter.application_id,
         from: filter.from.map(Timestamp::millis),
@@ -292,7 +266,7 @@ async fn retry_matching(
     Ok((
         StatusCode::ACCEPTED,
         Json(BulkRetryOut {
-            status: "retry_queued".to_owned(),
+            status: RetryStatus::RetryQueued,
             count,
             queued_at: Timestamp::from_millis(now),
         }),
@@ -327,7 +301,7 @@ async fn activity_stream(
     let stream = crate::stream::activity::ActivityStream::new(
         state.store.clone(),
         state.clock.clone(),
-        principal.tenant_id().to_string(),
+        principal.tenant_id().clone(),
         last,
         state.config.stream_heartbeat,
         state.shutdown.clone(),

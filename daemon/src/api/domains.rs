@@ -8,12 +8,13 @@ use axum::{
 use herald_common::{
     Problem,
     api::domains::{DomainIn, DomainListOut, DomainOut},
+    ids::DomainId,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::{TenantAuth, scopes};
 use super::extract::AppJson;
 use crate::{
-    auth::{TenantAuth, scopes},
     error::{ApiError, ApiResult},
     service::domains,
     state::AppState,
@@ -45,7 +46,7 @@ async fn create_domain(
     TenantAuth(principal, _): TenantAuth<scopes::DomainsWrite>,
     AppJson(input): AppJson<DomainIn>,
 ) -> ApiResult<(StatusCode, Json<DomainOut>)> {
-    let domain = domains::create(&state, principal.tenant_id().as_str(), input).await?;
+    let domain = domains::create(&state, principal.tenant_id(), input).await?;
     Ok((StatusCode::CREATED, Json(domains::out(&domain, &state.config.spf_include)?)))
 }
 
@@ -61,7 +62,7 @@ async fn list_domains(
     State(state): State<AppState>,
     TenantAuth(principal, _): TenantAuth<scopes::DomainsRead>,
 ) -> ApiResult<Json<DomainListOut>> {
-    let records = state.store.list_domains(principal.tenant_id().as_str()).await?;
+    let records = state.store.list_domains(principal.tenant_id()).await?;
     let domains =
         records.iter().map(|d| domains::out(d, &state.config.spf_include)).collect::<ApiResult<Vec<_>>>()?;
     Ok(Json(DomainListOut { domains }))
@@ -82,11 +83,9 @@ async fn get_domain(
     TenantAuth(principal, _): TenantAuth<scopes::DomainsRead>,
     Path(domain_id): Path<String>,
 ) -> ApiResult<Json<DomainOut>> {
-    let domain = state
-        .store
-        .get_domain(principal.tenant_id().as_str(), &domain_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("domain"))?;
+    let not_found = || ApiError::not_found("domain");
+    let id = DomainId::parse(&domain_id).map_err(|_| not_found())?;
+    let domain = state.store.get_domain(principal.tenant_id(), &id).await?.ok_or_else(not_found)?;
     Ok(Json(domains::out(&domain, &state.config.spf_include)?))
 }
 
@@ -106,7 +105,8 @@ async fn delete_domain(
     TenantAuth(principal, _): TenantAuth<scopes::DomainsWrite>,
     Path(domain_id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    domains::delete(&state, principal.tenant_id().as_str(), &domain_id).await?;
+    let id = DomainId::parse(&domain_id).map_err(|_| ApiError::not_found("domain"))?;
+    domains::delete(&state, principal.tenant_id(), &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -129,8 +129,8 @@ async fn verify_domain(
     Path(domain_id): Path<String>,
 ) -> ApiResult<Json<DomainOut>> {
     let not_found = || ApiError::not_found("domain");
-    let domain =
-        state.store.get_domain(principal.tenant_id().as_str(), &domain_id).await?.ok_or_else(not_found)?;
+    let id = DomainId::parse(&domain_id).map_err(|_| not_found())?;
+    let domain = state.store.get_domain(principal.tenant_id(), &id).await?.ok_or_else(not_found)?;
     let checked = domains::check(&state, &domain).await?.ok_or_else(not_found)?;
     Ok(Json(domains::out(&checked, &state.config.spf_include)?))
 }

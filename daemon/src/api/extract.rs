@@ -71,6 +71,11 @@ impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for
 
     async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, ApiError> {
         let query = parts.uri.query().unwrap_or_default();
+        if let Some((name, _)) =
+            form_urlencoded::parse(query.as_bytes()).find(|(k, v)| k.contains('\0') || v.contains('\0'))
+        {
+            return Err(ApiError::field(name.replace('\0', ""), "must not contain a NUL character (%00)"));
+        }
         let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
         serde_path_to_error::deserialize(deserializer).map(AppQuery).map_err(|error| {
             let path = error.path().to_string();
@@ -94,13 +99,13 @@ pub fn idempotency_key(
     headers: &axum::http::HeaderMap,
     body: &[u8],
     secret: &crate::secret::ServerSecret,
-) -> Result<Option<crate::service::notifications::Idempotency>, ApiError> {
+) -> Result<Option<crate::store::IdempotencyKey>, ApiError> {
     let Some(value) = headers.get("idempotency-key") else {
         return Ok(None);
     };
     let key = value.to_str().map_err(|_| ApiError::field("Idempotency-Key", "must be printable ASCII"))?;
     let body: serde_json::Value = parse_json(body)?;
-    crate::service::notifications::Idempotency::new(secret, key, &body).map(Some)
+    crate::service::notifications::idempotency_key(secret, key, &body).map(Some)
 }
 
 /// The stored response of an earlier request with the same key, marked as replayed.
@@ -116,22 +121,150 @@ pub fn replayed(status_code: u16, body: String) -> axum::response::Response {
     response
 }
 
-/// Parses `bytes` as `T`, classifying failures as CONTRACT §2 says.
+/// Parses `bytes` as `T` (a request body: a JSON object), classifying failures as CONTRACT §2
+/// says: bytes that are not JSON are 400 `invalid_json`; JSON of the wrong shape is 422
+/// `validation_failed` naming every field that is unknown or of the wrong type (and the first
+/// one missing), or `$` for a body that is not an object.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // Every request body is an object; serde would also read a struct from an array.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(shape_errors::<T>(bytes));
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize::<_, T>(&mut deserializer).map_err(|error| {
-        let path = error.path().to_string();
-        let inner = error.into_inner();
-        if inner.is_data() {
-            ApiError::validation(vec![field_error(&path, &inner)])
-        } else {
-            ApiError::new(ErrorCode::InvalidJson, format!("The body is not valid JSON: {inner}."))
+    match serde_path_to_error::deserialize::<_, T>(&mut deserializer) {
+        Ok(value) => {
+            deserializer.end().map_err(not_json)?;
+            refuse_nul(bytes)?;
+            Ok(value)
         }
-    })?;
-    deserializer
-        .end()
-        .map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("The body is not valid JSON: {e}.")))?;
-    Ok(value)
+        // The fast path failed; find out why on a parsed copy (errors only).
+        Err(_) => Err(shape_errors::<T>(bytes)),
+    }
+}
+
+/// A NUL character in any string of a body is refused here, once for every endpoint:
+/// PostgreSQL cannot store one in text, and no field of Herald's has a use for it. JSON can only
+/// carry it escaped, so bodies without `\u0000` in their bytes (nearly all) cost one scan.
+fn refuse_nul(bytes: &[u8]) -> Result<(), ApiError> {
+    const ESCAPED_NUL: &[u8] = b"\\u0000";
+    if !bytes.windows(ESCAPED_NUL.len()).any(|w| w == ESCAPED_NUL) {
+        return Ok(());
+    }
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(not_json)?;
+    let mut errors = Vec::new();
+    find_nul(&value, String::new(), &mut errors);
+    if errors.is_empty() { Ok(()) } else { Err(ApiError::validation(errors)) }
+}
+
+/// Adds an error for every string under `value` (at `path`) that holds a NUL.
+fn find_nul(value: &serde_json::Value, path: String, errors: &mut Vec<FieldError>) {
+    const MESSAGE: &str = "must not contain a NUL character (\\u0000)";
+    let at = |path: &str| if path.is_empty() { ROOT.to_owned() } else { path.to_owned() };
+    match value {
+        serde_json::Value::String(text) if text.contains('\0') => {
+            errors.push(FieldError::new(at(&path), MESSAGE))
+        }
+        serde_json::Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                find_nul(item, format!("{path}[{i}]"), errors);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            for (key, item) in map {
+                if key.contains('\0') {
+                    errors.push(FieldError::new(at(&path), "has a key with a NUL character (\\u0000)"));
+                    continue;
+                }
+                let inner = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                find_nul(item, inner, errors);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn not_json(error: serde_json::Error) -> ApiError {
+    ApiError::new(ErrorCode::InvalidJson, format!("The body is not valid JSON: {error}."))
+}
+
+/// Why `bytes` is not a `T`. A streaming parse stops at the first surprise, and for some types
+/// (an enum given a number) reports it as a syntax error although the JSON is fine; so the
+/// bytes are parsed as JSON first (not JSON: 400), then deserialized as `T` again and again,
+/// each time without the field that failed, to name every bad field at once.
+fn shape_errors<T: DeserializeOwned>(bytes: &[u8]) -> ApiError {
+    let mut value: serde_json::Value = match serde_json::from_slice(bytes) {
+        Ok(value) => value,
+        Err(error) => return not_json(error),
+    };
+    if !value.is_object() {
+        return ApiError::validation(vec![FieldError::new(ROOT, "must be a JSON object")]);
+    }
+    let mut nul = Vec::new();
+    find_nul(&value, String::new(), &mut nul);
+    let mut errors: Vec<FieldError> = Vec::new();
+    // Bounded: a body has at most a few dozen fields, and each round removes one.
+    for _ in 0..64 {
+        let Err(error) = serde_path_to_error::deserialize::<_, T>(value.clone()) else { break };
+        let path = error.path().to_string();
+        let error = field_error(&path, &error.into_inner());
+        // A field removed for being wrong is then missing: already said. Inside an object, drop
+        // the object and go on; at the top, stop.
+        if errors.iter().any(|e| e.field == error.field) {
+            match error.field.rsplit_once('.') {
+                Some((parent, _)) if remove_path(&mut value, parent) => continue,
+                _ => break,
+            }
+        }
+        let removed = remove_path(&mut value, &error.field);
+        errors.push(error);
+        if !removed {
+            break;
+        }
+    }
+    errors.extend(nul.into_iter().filter(|n| !errors.iter().any(|e| e.field == n.field)).collect::<Vec<_>>());
+    if errors.is_empty() {
+        errors.push(FieldError::new(ROOT, "is not what this endpoint takes"));
+    }
+    ApiError::validation(errors)
+}
+
+/// The field name of an error about the body as a whole.
+const ROOT: &str = "$";
+
+/// Removes the value at a dotted path (`data.url`, `items[2]`); whether there was one.
+fn remove_path(value: &mut serde_json::Value, path: &str) -> bool {
+    let mut parts: Vec<String> = Vec::new();
+    for segment in path.split('.') {
+        // `name[2][0]` is `name`, `2`, `0`.
+        let mut pieces = segment.split('[');
+        if let Some(name) = pieces.next().filter(|n| !n.is_empty()) {
+            parts.push(name.to_owned());
+        }
+        parts.extend(pieces.map(|p| p.trim_end_matches(']').to_owned()));
+    }
+    let Some((last, parents)) = parts.split_last() else { return false };
+    let mut at = value;
+    for part in parents {
+        let next = match at {
+            serde_json::Value::Object(map) => map.get_mut(part.as_str()),
+            serde_json::Value::Array(items) => part.parse::<usize>().ok().and_then(|i| items.get_mut(i)),
+            _ => None,
+        };
+        let Some(next) = next else { return false };
+        at = next;
+    }
+    match at {
+        serde_json::Value::Object(map) => map.remove(last.as_str()).is_some(),
+        serde_json::Value::Array(items) => match last.parse::<usize>() {
+            // Replaced, not removed, so the other elements keep their indices.
+            Ok(i) if i < items.len() => {
+                items[i] = serde_json::Value::Null;
+                false
+            }
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// Names the field a serde data error is about. `serde_path_to_error` gives the path of the
@@ -147,7 +280,7 @@ fn field_error(path: &str, error: &serde_json::Error) -> FieldError {
     let field = match (path, named) {
         (".", Some(name)) => name.to_owned(),
         (_, Some(name)) if !path.ends_with(name) => format!("{path}.{name}"),
-        (".", None) => "body".to_owned(),
+        (".", None) => ROOT.to_owned(),
         _ => path.to_owned(),
     };
     let message = match named {
@@ -212,6 +345,68 @@ mod tests {
         let p = fails("{\"name\": \"a\", \"data\": {}}");
         assert_eq!(p.errors[0].field, "data.url");
         let p = fails("[1]");
-        assert_eq!(p.status, 422);
+        assert_eq!((p.status, p.errors[0].field.as_str()), (422, "$"));
+        let p = fails("null");
+        assert_eq!((p.status, p.errors[0].field.as_str()), (422, "$"));
+    }
+
+    #[test]
+    fn nul_characters_are_refused_naming_the_field() {
+        let p = fails(r#"{"name": "a\u0000b", "data": {"url": "\u0000"}}"#);
+        let fields: Vec<&str> = p.errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!((p.status, fields), (422, vec!["data.url", "name"]));
+        // An escaped backslash before `u0000` is no NUL.
+        assert!(parse_json::<Body>(br#"{"name": "a\\u0000b"}"#).is_ok());
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Free {
+            data: serde_json::Map<String, serde_json::Value>,
+        }
+        let p = parse_json::<Free>(br#"{"data": {"list": ["ok", "\u0000"], "k\u0000": 1}}"#)
+            .unwrap_err()
+            .problem()
+            .clone();
+        let fields: Vec<&str> = p.errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["data", "data.list[1]"], "{:?}", p.errors);
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    #[allow(dead_code)]
+    enum Kind {
+        Email,
+        Sms,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct WithEnum {
+        kind: Kind,
+        name: String,
+        count: Option<u32>,
+        data: Option<Inner>,
+    }
+
+    #[test]
+    fn valid_json_of_the_wrong_type_is_422_naming_every_bad_field() {
+        // An enum given a number is a syntax error to a streaming parse; it is still valid JSON.
+        let p = parse_json::<WithEnum>(br#"{"kind": 12345}"#).unwrap_err().problem().clone();
+        assert_eq!(p.status, 422, "{p:?}");
+        assert_eq!(p.errors[0].field, "kind");
+        let body = br#"{"kind": 1, "name": [], "count": "x", "data": {"url": 5}, "extra": true}"#;
+        let p = parse_json::<WithEnum>(body).unwrap_err().problem().clone();
+        let fields: Vec<&str> = p.errors.iter().map(|e| e.field.as_str()).collect();
+        // In the order of the body's keys, sorted.
+        assert_eq!(fields, ["count", "data.url", "extra", "kind", "name"], "{:?}", p.errors);
+        // Missing is said once, after the wrong ones, and a field removed for being wrong is
+        // not also called missing.
+        let p = parse_json::<WithEnum>(br#"{"count": "x"}"#).unwrap_err().problem().clone();
+        let fields: Vec<&str> = p.errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["count", "kind"], "{:?}", p.errors);
+        assert_eq!(
+            parse_json::<WithEnum>(br#"{"kind": "email", "name": "a"} x"#).unwrap_err().problem().status,
+            400
+        );
     }
 }

@@ -6,7 +6,10 @@ use axum::{
     http::header,
     response::{IntoResponse, Response},
 };
-use herald_common::{ErrorCode, api::health::HealthOut};
+use herald_common::{
+    ErrorCode,
+    api::health::{HealthOut, HealthStatus},
+};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
@@ -26,24 +29,38 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses((status = 200, description = "Alive", body = HealthOut)))]
 async fn healthz() -> Json<HealthOut> {
-    Json(HealthOut { status: "ok".to_owned(), database: None })
+    Json(HealthOut { status: HealthStatus::Ok, database: None, tasks: Default::default() })
 }
 
-/// Readiness: the database answers.
+/// Readiness: the database answers and every background task runs (their states are listed).
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready", body = HealthOut),
-        (status = 503, description = "The database is not reachable", body = herald_common::Problem,
+        (status = 503, description = "The database is not reachable, or a background task is down", body = herald_common::Problem,
             content_type = "application/problem+json"),
     ))]
 async fn readyz(State(state): State<AppState>) -> ApiResult<Json<HealthOut>> {
     match tokio::time::timeout(std::time::Duration::from_secs(3), state.store.ping()).await {
-        Ok(Ok(())) => Ok(Json(HealthOut {
-            status: "ok".to_owned(),
-            database: Some(state.config.database.engine().to_owned()),
-        })),
-        _ => Err(ApiError::new(ErrorCode::Unavailable, "The database is not reachable.")),
+        Ok(Ok(())) => {}
+        _ => return Err(ApiError::new(ErrorCode::Unavailable, "The database is not reachable.")),
     }
+    let tasks = state.tasks.report();
+    let down: Vec<String> = tasks
+        .iter()
+        .filter(|(_, t)| t.state != herald_common::api::health::TaskState::Running)
+        .map(|(name, t)| format!("{name} ({})", t.state))
+        .collect();
+    if !down.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::Unavailable,
+            format!("Background tasks are not running: {}.", down.join(", ")),
+        ));
+    }
+    Ok(Json(HealthOut {
+        status: HealthStatus::Ok,
+        database: Some(state.config.database.engine().to_owned()),
+        tasks: tasks.into_iter().map(|(name, t)| (name.to_owned(), t)).collect(),
+    }))
 }
 
 /// Prometheus metrics (text exposition format).

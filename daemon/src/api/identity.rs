@@ -5,20 +5,20 @@ use axum::{
     extract::{Path, State},
 };
 use herald_common::{
-    Problem, Timestamp,
+    Problem,
     api::{
         applications::{ApplicationListOut, ApplicationOut},
         whoami::WhoamiOut,
     },
-    ids::{ApplicationId, TenantId},
+    ids::ApplicationId,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::{AnyAuth, TenantAuth, scopes};
 use crate::{
-    auth::{AnyAuth, TenantAuth, scopes},
     error::{ApiError, ApiResult},
     state::AppState,
-    store::ApplicationRecord,
+    views,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -51,7 +51,7 @@ async fn list_applications(
     TenantAuth(principal, _): TenantAuth<scopes::Authenticated>,
 ) -> ApiResult<Json<ApplicationListOut>> {
     let records = state.store.list_applications(principal.tenant_id()).await?;
-    let applications = records.into_iter().filter_map(application_out).collect();
+    let applications = records.into_iter().map(views::application_out).collect();
     Ok(Json(ApplicationListOut { applications }))
 }
 
@@ -72,17 +72,8 @@ async fn get_application(
     let not_found = || ApiError::not_found("application");
     let id = ApplicationId::parse(&application_id).map_err(|_| not_found())?;
     let record = state.store.get_application(&id).await?.ok_or_else(not_found)?;
-    if record.tenant_id != principal.tenant_id().as_str() {
+    if &record.tenant_id != principal.tenant_id() {
         return Err(not_found());
     }
-    application_out(record).map(Json).ok_or_else(not_found)
-}
-
-fn application_out(record: ApplicationRecord) -> Option<ApplicationOut> {
-    Some(ApplicationOut {
-        application_id: ApplicationId::parse(&record.id).ok()?,
-        tenant_id: TenantId::parse(&record.tenant_id).ok()?,
-        name: record.name,
-        created_at: Timestamp::from_millis(record.created_at),
-    })
+    Ok(Json(views::application_out(record)))
 }

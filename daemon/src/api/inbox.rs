@@ -8,23 +8,25 @@ use axum::{
 };
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use herald_common::{
-    Problem, Timestamp,
+    Problem,
     api::inbox::{InboxItem, InboxOut, InboxPatch, ReadAllOut},
     ids::InAppId,
 };
 use serde::Deserialize;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::UserAuth;
 use super::extract::{AppJson, AppQuery};
 use crate::{
-    auth::UserAuth,
     error::{ApiError, ApiResult},
+    hub::MAX_STREAMS_PER_USER,
     state::AppState,
-    store::{Engine as StoreEngine, InboxPage, InboxRecord},
+    store::{InboxItemChange, InboxPage},
     stream::{
         StreamLease,
-        inbox::{InboxStream, start_for},
+        inbox::{InboxStream, Opening, start_for},
     },
+    views,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -36,24 +38,6 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 const PROBLEM: &str = "application/problem+json";
-
-/// The wire form of a stored inbox item.
-pub fn inbox_item(record: InboxRecord) -> InboxItem {
-    let data = record
-        .data
-        .as_deref()
-        .and_then(|d| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(d).ok())
-        .unwrap_or_default();
-    InboxItem {
-        id: InAppId::parse(&record.id).unwrap_or_else(|_| InAppId::new()),
-        title: record.title,
-        body: record.body,
-        is_read: record.is_read,
-        archived: record.archived,
-        created_at: Timestamp::from_millis(record.created_at),
-        data,
-    }
-}
 
 fn cursor_for(seq: i64) -> String {
     URL_SAFE_NO_PAD.encode(format!("s:{seq}"))
@@ -107,7 +91,7 @@ async fn list_inbox(
         before_seq,
         limit: i64::from(limit) + 1,
     };
-    let (app, user_id) = (user.application_id.as_str(), user.user_id.as_str());
+    let (app, user_id) = (&user.application_id, &user.user_id);
     let mut records = state.store.inbox_page(app, user_id, &page).await?;
     let next_cursor = if records.len() > limit as usize {
         records.truncate(limit as usize);
@@ -115,10 +99,10 @@ async fn list_inbox(
     } else {
         None
     };
-    let unread_count = u64::try_from(state.store.unread_count(app, user_id).await?).unwrap_or(0);
+    let unread_count = state.store.unread_count(app, user_id).await?;
     Ok(Json(InboxOut {
         unread_count,
-        notifications: records.into_iter().map(inbox_item).collect(),
+        notifications: records.into_iter().map(views::inbox_item).collect(),
         next_cursor,
     }))
 }
@@ -143,17 +127,15 @@ async fn patch_item(
     if patch.is_read.is_none() && patch.archived.is_none() {
         return Err(ApiError::field("is_read", "give is_read, archived or both"));
     }
-    let (app, user_id) = (user.application_id.as_str(), user.user_id.as_str());
+    let not_found = || ApiError::not_found("inbox item");
+    let id = InAppId::parse(&id).map_err(|_| not_found())?;
+    let change = InboxItemChange { is_read: patch.is_read, archived: patch.archived };
     let item = state
         .store
-        .update_inbox_item(app, user_id, &id, patch.is_read, patch.archived, state.clock.now_millis())
+        .update_inbox_item(&user.application_id, &user.user_id, &id, change, state.clock.now_millis())
         .await?
-        .ok_or_else(|| ApiError::not_found("inbox item"))?;
-    if state.store.engine() == StoreEngine::Sqlite {
-        // PostgreSQL notifies every daemon, this one included, at commit.
-        state.hub.push_update(app, user_id, &item.id);
-    }
-    Ok(Json(inbox_item(item)))
+        .ok_or_else(not_found)?;
+    Ok(Json(views::inbox_item(item)))
 }
 
 /// Marks every unread item read.
@@ -164,14 +146,9 @@ async fn patch_item(
         (status = 401, description = "Missing, invalid or expired user token", body = Problem, content_type = PROBLEM),
     ))]
 async fn read_all(State(state): State<AppState>, UserAuth(user): UserAuth) -> ApiResult<Json<ReadAllOut>> {
-    let (app, user_id) = (user.application_id.as_str(), user.user_id.as_str());
+    let (app, user_id) = (&user.application_id, &user.user_id);
     let changed = state.store.mark_all_read(app, user_id, state.clock.now_millis()).await?;
-    if state.store.engine() == StoreEngine::Sqlite {
-        for item in &changed {
-            state.hub.push_update(app, user_id, &item.id);
-        }
-    }
-    let unread_count = u64::try_from(state.store.unread_count(app, user_id).await?).unwrap_or(0);
+    let unread_count = state.store.unread_count(app, user_id).await?;
     Ok(Json(ReadAllOut { updated: changed.len() as u64, unread_count }))
 }
 
@@ -189,29 +166,23 @@ async fn stream(
     UserAuth(user): UserAuth,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let (app, user_id) = (user.application_id.to_string(), user.user_id.clone());
+    let (app, user_id) = (&user.application_id, &user.user_id);
     let too_many = || {
-        ApiError::rate_limited(
-            format!("This user already has {} open streams.", crate::stream::MAX_STREAMS_PER_USER),
-            5_000,
-        )
+        ApiError::rate_limited(format!("This user already has {MAX_STREAMS_PER_USER} open streams."), 5_000)
     };
     // Subscribe before reading, so nothing committed from here on can be missed. The hub counts
     // this daemon's streams; the lease counts them over every daemon sharing the database.
-    let mut subscription = state.hub.subscribe(&app, &user_id).ok_or_else(too_many)?;
-    let lease = StreamLease::claim(&state, &app, &user_id, &subscription).await?.ok_or_else(too_many)?;
-    subscription.lease = Some(lease);
-    let newest = state.store.inbox_last_seq(&app, &user_id).await?;
-    let unread = u64::try_from(state.store.unread_count(&app, &user_id).await?).unwrap_or(0);
+    let subscription = state.store.hub().subscribe(app, user_id).ok_or_else(too_many)?;
+    let lease = StreamLease::claim(&state, app, user_id, &subscription).await?.ok_or_else(too_many)?;
+    let newest = state.store.inbox_last_seq(app, user_id).await?;
+    let unread_count = state.store.unread_count(app, user_id).await?;
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-    let start = start_for(last_event_id, newest);
+    let opening =
+        Opening { subscription, lease, start: start_for(last_event_id, newest), unread_count, newest };
     let stream = InboxStream::new(
         state.store.clone(),
         user,
-        subscription,
-        start,
-        unread,
-        newest,
+        opening,
         state.config.stream_heartbeat,
         state.shutdown.clone(),
     );

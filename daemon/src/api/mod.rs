@@ -3,14 +3,14 @@
 //! handler and its OpenAPI operation together, so the document cannot miss a route.
 
 mod activity;
-pub(crate) use activity::activity_item;
+pub mod auth;
 mod dev;
+mod document;
 mod domains;
 pub mod extract;
 mod health;
 mod identity;
 mod inbox;
-pub(crate) use inbox::inbox_item;
 mod notifications;
 mod otp;
 mod templates;
@@ -44,7 +44,16 @@ use crate::{error::ApiError, state::AppState};
                        custom sending domains and a masked activity feed. Errors are RFC 9457 problems.",
         license(name = "Apache-2.0"),
     ),
-    components(schemas(Problem, FieldError, ErrorCode)),
+    components(schemas(
+        Problem,
+        FieldError,
+        ErrorCode,
+        herald_common::stream::ConnectionReady,
+        herald_common::stream::Heartbeat,
+        herald_common::stream::Resync,
+        herald_common::api::inbox::InboxItem,
+        herald_common::api::activity::ActivityItem,
+    )),
     modifiers(&SecuritySchemes),
     tags(
         (name = "operations", description = "Health, metrics and this document"),
@@ -95,9 +104,10 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
     if dev { router.merge(dev::router()) } else { router }
 }
 
-/// The OpenAPI document of the daemon (with the development routes when `dev`).
-pub fn openapi(dev: bool) -> utoipa::openapi::OpenApi {
-    api_router(dev).split_for_parts().1
+/// The OpenAPI document of the daemon (with the development routes when `dev`), finished: the
+/// standard answers added and the streams' events described.
+pub fn openapi(dev: bool) -> serde_json::Value {
+    document::finish(api_router(dev).split_for_parts().1)
 }
 
 /// Cross-origin access for browser pages of the configured origins (none by default).
@@ -126,7 +136,7 @@ fn cors(origins: &[String]) -> tower_http::cors::CorsLayer {
 /// The complete application: routes, fallbacks and middleware.
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = api_router(state.config.dev).split_for_parts();
-    let _ = state.openapi.set(doc.to_json().unwrap_or_default());
+    let _ = state.openapi.set(document::finish(doc).to_string());
     let request_id = HeaderName::from_static("x-request-id");
     routes
         .fallback(|| async { ApiError::new(ErrorCode::RouteNotFound, "There is no such route.") })
@@ -153,5 +163,24 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
         .layer(cors(&state.config.cors_origins))
+        // Public code, importable from any origin: outside the CORS layer, which grants only
+        // the configured origins (a page that is refused must still load the reader to hear why).
+        .route("/content/herald-inbox.js", axum::routing::get(herald_inbox_js))
         .with_state(state)
+}
+
+/// The browser's inbox reader (`daemon/assets/herald-inbox.js`; docs/STREAM.md).
+pub const HERALD_INBOX_JS: &str = include_str!("../../assets/herald-inbox.js");
+
+async fn herald_inbox_js() -> Response {
+    use axum::http::header;
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        HERALD_INBOX_JS,
+    )
+        .into_response()
 }

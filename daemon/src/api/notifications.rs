@@ -7,20 +7,19 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use herald_common::{
-    Problem, Timestamp,
-    api::notifications::{
-        AttemptOut, Channel, DeliveryStatus, NotificationAccepted, NotificationIn, NotificationOut,
-    },
-    ids::{ApplicationId, NotificationId},
+    Problem,
+    api::notifications::{NotificationAccepted, NotificationIn, NotificationOut},
+    ids::NotificationId,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::{ApiKeyAuth, Principal, TenantAuth, scopes};
 use super::extract::{JsonBody, idempotency_key, parse_json, replayed};
 use crate::{
-    auth::{ApiKeyAuth, Principal, TenantAuth, scopes},
     error::{ApiError, ApiResult},
     service::notifications::{self, Dispatched},
     state::AppState,
+    views,
 };
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -73,41 +72,15 @@ async fn get_notification(
     Path(notification_id): Path<String>,
 ) -> ApiResult<Json<NotificationOut>> {
     let not_found = || ApiError::not_found("notification");
-    NotificationId::parse(&notification_id).map_err(|_| not_found())?;
-    let (record, attempts) = state.store.get_notification(&notification_id).await?.ok_or_else(not_found)?;
+    let id = NotificationId::parse(&notification_id).map_err(|_| not_found())?;
+    let (record, attempts) = state.store.get_notification(&id).await?.ok_or_else(not_found)?;
     // A key sees its application's notifications; an operator, its tenant's.
     let visible = match &principal {
-        Principal::ApiKey(key) => record.application_id == key.application_id.as_str(),
-        other => record.tenant_id == other.tenant_id().as_str(),
+        Principal::ApiKey(key) => record.application_id == key.application_id,
+        other => &record.tenant_id == other.tenant_id(),
     };
     if !visible {
         return Err(not_found());
     }
-    let corrupt =
-        |what: &str| ApiError::internal(anyhow::anyhow!("stored notification has an invalid {what}"));
-    Ok(Json(NotificationOut {
-        notification_id: NotificationId::parse(&record.id).map_err(|_| corrupt("id"))?,
-        application_id: ApplicationId::parse(&record.application_id).map_err(|_| corrupt("application"))?,
-        channel: Channel::parse(&record.channel).ok_or_else(|| corrupt("channel"))?,
-        recipient_masked: record.recipient_masked,
-        delivery_status: DeliveryStatus::parse(&record.status).ok_or_else(|| corrupt("status"))?,
-        failure_reason: record.failure_reason,
-        retryable: record.retryable,
-        retry_count: u32::try_from(record.retry_count).unwrap_or(0),
-        created_at: Timestamp::from_millis(record.created_at),
-        updated_at: Timestamp::from_millis(record.updated_at),
-        attempts: attempts.into_iter().map(attempt_out).collect(),
-    }))
-}
-
-/// The wire form of a recorded delivery attempt.
-pub fn attempt_out(a: crate::store::AttemptRecord) -> AttemptOut {
-    AttemptOut {
-        attempt: u32::try_from(a.attempt).unwrap_or(0),
-        started_at: Timestamp::from_millis(a.started_at),
-        finished_at: Timestamp::from_millis(a.finished_at),
-        outcome: a.outcome,
-        provider_message_id: a.provider_message_id,
-        error: a.error,
-    }
+    Ok(Json(views::notification_out(record, attempts)))
 }

@@ -12,9 +12,9 @@ use herald_common::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::{ApiKeyAuth, scopes};
 use super::extract::{AppJson, JsonBody, idempotency_key, parse_json, replayed};
 use crate::{
-    auth::{ApiKeyAuth, scopes},
     error::ApiResult,
     service::otp::{self, OtpSent},
     state::AppState,

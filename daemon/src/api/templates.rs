@@ -12,14 +12,18 @@ use herald_common::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::{TenantAuth, scopes};
 use super::extract::AppJson;
 use crate::{
-    auth::{TenantAuth, scopes},
     error::{ApiError, ApiResult},
     service::{templates::check_syntax, validate::single_line},
     state::AppState,
     store::TemplateRecord,
+    views::template_out,
 };
+
+/// The longest template name, in characters.
+pub(crate) const NAME_MAX_CHARS: usize = 200;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(create_template, list_templates)).routes(routes!(
@@ -29,20 +33,8 @@ pub fn router() -> OpenApiRouter<AppState> {
     ))
 }
 
-fn out(record: TemplateRecord) -> ApiResult<TemplateOut> {
-    Ok(TemplateOut {
-        template_id: TemplateId::parse(&record.id).map_err(ApiError::internal)?,
-        name: record.name,
-        subject: record.subject,
-        body: record.body,
-        html_body: record.html_body,
-        created_at: Timestamp::from_millis(record.created_at),
-        updated_at: Timestamp::from_millis(record.updated_at),
-    })
-}
-
 fn checked(input: &TemplateIn) -> ApiResult<()> {
-    single_line(&input.name, 200).map_err(|m| ApiError::field("name", m))?;
+    single_line(&input.name, NAME_MAX_CHARS).map_err(|m| ApiError::field("name", m))?;
     if input.name.trim().is_empty() {
         return Err(ApiError::field("name", "is required"));
     }
@@ -77,8 +69,8 @@ async fn create_template(
     let record = state
         .store
         .create_template(TemplateRecord {
-            id: TemplateId::new().to_string(),
-            tenant_id: principal.tenant_id().to_string(),
+            id: TemplateId::new(),
+            tenant_id: principal.tenant_id().clone(),
             name: input.name.trim().to_owned(),
             subject: input.subject,
             body: input.body,
@@ -87,7 +79,7 @@ async fn create_template(
             updated_at: now,
         })
         .await?;
-    Ok((StatusCode::CREATED, Json(out(record)?)))
+    Ok((StatusCode::CREATED, Json(template_out(record))))
 }
 
 /// The tenant's templates.
@@ -101,8 +93,8 @@ async fn list_templates(
     State(state): State<AppState>,
     TenantAuth(principal, _): TenantAuth<scopes::Authenticated>,
 ) -> ApiResult<Json<TemplateListOut>> {
-    let records = state.store.list_templates(principal.tenant_id().as_str()).await?;
-    Ok(Json(TemplateListOut { templates: records.into_iter().map(out).collect::<ApiResult<_>>()? }))
+    let records = state.store.list_templates(principal.tenant_id()).await?;
+    Ok(Json(TemplateListOut { templates: records.into_iter().map(template_out).collect() }))
 }
 
 /// One template; another tenant's is 404.
@@ -119,12 +111,10 @@ async fn get_template(
     TenantAuth(principal, _): TenantAuth<scopes::Authenticated>,
     Path(template_id): Path<String>,
 ) -> ApiResult<Json<TemplateOut>> {
-    let record = state
-        .store
-        .get_template(principal.tenant_id().as_str(), &template_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("template"))?;
-    Ok(Json(out(record)?))
+    let not_found = || ApiError::not_found("template");
+    let id = TemplateId::parse(&template_id).map_err(|_| not_found())?;
+    let record = state.store.get_template(principal.tenant_id(), &id).await?.ok_or_else(not_found)?;
+    Ok(Json(template_out(record)))
 }
 
 /// Replaces a template's name and parts (`templates:write`).
@@ -144,12 +134,14 @@ async fn replace_template(
     Path(template_id): Path<String>,
     AppJson(input): AppJson<TemplateIn>,
 ) -> ApiResult<Json<TemplateOut>> {
+    let not_found = || ApiError::not_found("template");
+    let id = TemplateId::parse(&template_id).map_err(|_| not_found())?;
     checked(&input)?;
     let record = state
         .store
         .replace_template(TemplateRecord {
-            id: template_id,
-            tenant_id: principal.tenant_id().to_string(),
+            id,
+            tenant_id: principal.tenant_id().clone(),
             name: input.name.trim().to_owned(),
             subject: input.subject,
             body: input.body,
@@ -158,8 +150,8 @@ async fn replace_template(
             updated_at: Timestamp::now().millis(),
         })
         .await?
-        .ok_or_else(|| ApiError::not_found("template"))?;
-    Ok(Json(out(record)?))
+        .ok_or_else(not_found)?;
+    Ok(Json(template_out(record)))
 }
 
 /// Deletes a template (`templates:write`).
@@ -177,9 +169,9 @@ async fn delete_template(
     TenantAuth(principal, _): TenantAuth<scopes::TemplatesWrite>,
     Path(template_id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    if state.store.delete_template(principal.tenant_id().as_str(), &template_id).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::not_found("template"))
-    }
+    let deleted = match TemplateId::parse(&template_id) {
+        Ok(id) => state.store.delete_template(principal.tenant_id(), &id).await?,
+        Err(_) => false,
+    };
+    if deleted { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError::not_found("template")) }
 }

@@ -6,13 +6,15 @@ use axum::{
 };
 use herald_common::{
     Problem, Timestamp,
-    api::users::{CurrentUserOut, UserTokenIn, UserTokenOut, validate_user_id},
+    api::users::{CurrentUserOut, UserTokenIn, UserTokenOut},
+    ids::UserId,
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::{ApiKeyAuth, UserAuth, scopes};
 use super::extract::AppJson;
 use crate::{
-    auth::{ApiKeyAuth, UserAuth, scopes, user},
+    auth::user,
     error::{ApiError, ApiResult},
     state::AppState,
 };
@@ -22,7 +24,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 const DEFAULT_TTL: u32 = 3600;
-const TTL_RANGE: std::ops::RangeInclusive<u32> = 60..=86_400;
+pub(crate) const TTL_RANGE: std::ops::RangeInclusive<u32> = 60..=86_400;
 
 /// Issues a token with which the end user `user_id` of the key's application reads its inbox
 /// and stream.
@@ -43,7 +45,7 @@ async fn issue_user_token(
     Path(user_id): Path<String>,
     AppJson(body): AppJson<UserTokenIn>,
 ) -> ApiResult<Json<UserTokenOut>> {
-    validate_user_id(&user_id).map_err(|m| ApiError::field("user_id", m))?;
+    let user_id = UserId::parse(&user_id).map_err(|m| ApiError::field("user_id", m.to_string()))?;
     let ttl = body.ttl_seconds.unwrap_or(DEFAULT_TTL);
     if !TTL_RANGE.contains(&ttl) {
         return Err(ApiError::field(

@@ -9,7 +9,7 @@
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use herald_common::{
     Timestamp,
-    ids::{ApplicationId, TenantId},
+    ids::{ApplicationId, TenantId, UserId},
 };
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
@@ -38,7 +38,7 @@ pub struct UserClaims {
 /// An authenticated end user.
 #[derive(Clone, Debug)]
 pub struct UserIdentity {
-    pub user_id: String,
+    pub user_id: UserId,
     pub tenant_id: TenantId,
     pub application_id: ApplicationId,
     pub expires_at: Timestamp,
@@ -46,21 +46,23 @@ pub struct UserIdentity {
 
 /// The application's HS256 signing secret.
 pub fn signing_secret(secret: &ServerSecret, app: &ApplicationRecord) -> String {
-    let mac = secret
-        .mac("herald.app-signing-secret.v1", &[app.id.as_bytes(), &app.signing_generation.to_be_bytes()]);
+    let mac = secret.mac(
+        "herald.app-signing-secret.v1",
+        &[app.id.as_str().as_bytes(), &app.signing_generation.to_be_bytes()],
+    );
     format!("hss_{}", URL_SAFE_NO_PAD.encode(mac))
 }
 
 pub fn mint(
     secret: &ServerSecret,
     app: &ApplicationRecord,
-    user_id: &str,
+    user_id: &UserId,
     expires_at: Timestamp,
 ) -> Result<String, jsonwebtoken::errors::Error> {
     let claims = UserClaims {
-        sub: user_id.to_owned(),
-        tenant_id: app.tenant_id.clone(),
-        application_id: app.id.clone(),
+        sub: user_id.to_string(),
+        tenant_id: app.tenant_id.to_string(),
+        application_id: app.id.to_string(),
         exp: expires_at.seconds(),
         iat: Some(Timestamp::now().seconds()),
         iss: Some(ISSUER.to_owned()),
@@ -103,15 +105,14 @@ pub fn verify(secret: &ServerSecret, app: &ApplicationRecord, token: &str) -> Re
     if !audience_ok {
         return Err(format!("the token's audience must include `{AUDIENCE}`"));
     }
-    if claims.tenant_id != app.tenant_id || claims.application_id != app.id {
+    if claims.tenant_id != app.tenant_id.as_str() || claims.application_id != app.id.as_str() {
         return Err("the token's tenant does not match its application".to_owned());
     }
-    herald_common::api::users::validate_user_id(&claims.sub)
-        .map_err(|e| format!("the token's subject {e}"))?;
+    let user_id = UserId::parse(&claims.sub).map_err(|e| format!("the token's subject {e}"))?;
     Ok(UserIdentity {
-        user_id: claims.sub,
-        tenant_id: TenantId::parse(&app.tenant_id).map_err(|_| "invalid tenant".to_owned())?,
-        application_id: ApplicationId::parse(&app.id).map_err(|_| "invalid application".to_owned())?,
+        user_id,
+        tenant_id: app.tenant_id.clone(),
+        application_id: app.id.clone(),
         expires_at: Timestamp::from_millis(claims.exp.saturating_mul(1000)),
     })
 }

@@ -4,6 +4,7 @@
 //! Secrets are wrapped in [`Secret`] so that `Debug` never prints them.
 
 mod parse;
+mod sections;
 
 use std::{
     collections::BTreeMap,
@@ -14,7 +15,6 @@ use std::{
 };
 
 pub use parse::parse_duration;
-use parse::{parse_algorithms, parse_database_url, parse_schedule, parse_seconds, parse_smtp_url};
 
 /// A value that must not be printed: `Debug` and `Display` show `[redacted]`.
 #[derive(Clone, PartialEq, Eq)]
@@ -306,144 +306,46 @@ impl Layers {
         self
     }
 
+    /// Validates every value, section by section, and reports every problem at once.
     pub fn build(self, dev: bool) -> Result<Config, ConfigError> {
         let mut p = parse::Parser { layers: &self, errors: self.errors.clone() };
-        let listen = p.parse("listen", |v| {
-            v.parse::<SocketAddr>()
-                .map_err(|_| "is not a socket address (expected e.g. 127.0.0.1:8080)".to_owned())
-        });
-        let database = p.parse("database_url", parse_database_url);
-        let database_max_connections = p.parse("database_max_connections", |v| match v.parse::<u32>() {
-            Ok(n) if (1..=256).contains(&n) => Ok(n),
-            _ => Err("must be a whole number from 1 to 256".to_owned()),
-        });
-        let sqlite_synchronous_full = p.parse("sqlite_synchronous", |v| match v {
-            "full" => Ok(true),
-            "normal" => Ok(false),
-            _ => Err("must be `full` or `normal`".to_owned()),
-        });
-        let data_dir = p.parse("data_dir", |v| {
-            if v.is_empty() { Err("must not be empty".to_owned()) } else { Ok(PathBuf::from(v)) }
-        });
-        let secret = p.optional("secret", |v| {
-            if v.len() < 32 {
-                Err("must be at least 32 characters (e.g. `openssl rand -base64 32`)".to_owned())
-            } else {
-                Ok(Secret::new(v))
-            }
-        });
-        let smtp = p.optional("smtp_url", parse_smtp_url);
-        let email_from = p.parse("email_from", |v| {
-            if v.contains('@') { Ok(v.to_owned()) } else { Err("is not an email address".to_owned()) }
-        });
-        let sms = p.sms();
-        let whatsapp = p.whatsapp();
-        let dns_nameservers = p
-            .optional("dns_nameservers", |v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(|s| {
-                        s.parse::<SocketAddr>()
-                            .or_else(|_| s.parse::<std::net::IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
-                            .map_err(|_| format!("`{s}` is not an ip or ip:port"))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .unwrap_or_default();
-        let spf_include = p.parse("spf_include", |v| {
-            if v.is_empty() || v.contains(char::is_whitespace) {
-                Err("must be a domain name".to_owned())
-            } else {
-                Ok(v.to_owned())
-            }
-        });
-        let interval = |v: &str| match parse_duration(v) {
-            Ok(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(30 * 24 * 3600) => Ok(d),
-            Ok(_) => Err("must be from 1s to 30 days".to_owned()),
-            Err(e) => Err(e),
+        let sections = (p.server(), p.storage(), p.delivery(), p.domains(), p.operators(), p.logging());
+        let (Some(server), Some(storage), Some(delivery), Some(domains), Some(operators), Some(logging)) =
+            sections
+        else {
+            return Err(ConfigError(p.errors));
         };
-        let dns_timeout = p.parse("dns_timeout", |v| match parse_duration(v) {
-            Ok(d) if d >= Duration::from_millis(100) && d <= Duration::from_secs(60) => Ok(d),
-            Ok(_) => Err("must be from 100ms to 60s".to_owned()),
-            Err(e) => Err(e),
-        });
-        let domain_recheck_interval = p.parse("domain_recheck_interval", interval);
-        let domain_pending_interval = p.parse("domain_pending_interval", interval);
-        let domain_pending_timeout = p.parse("domain_pending_timeout", interval);
-        let operator_idp = p.operator_idp();
-        let operator_algorithms = p.parse("operator_algorithms", parse_algorithms);
-        let operator_jwks_refresh = p.parse("operator_jwks_refresh_seconds", |v| parse_seconds(v, 0, 86_400));
-        let operator_jwks_max_age = p.parse("operator_jwks_max_age_seconds", |v| parse_seconds(v, 1, 86_400));
-        let stream_heartbeat = p.parse("stream_heartbeat_seconds", |v| parse_seconds(v, 1, 3_600));
-        let cors_origins = p
-            .optional("cors_origins", |v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|o| !o.is_empty())
-                    .map(|origin| {
-                        let valid = origin == "*"
-                            || ((origin.starts_with("https://") || origin.starts_with("http://"))
-                                && !origin.trim_end_matches('/').contains(|c: char| c.is_whitespace())
-                                && origin.matches('/').count() == 2);
-                        if valid {
-                            Ok(origin.to_owned())
-                        } else {
-                            Err(format!("`{origin}` is not an origin such as https://app.example.com"))
-                        }
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .unwrap_or_default();
-        let retry_schedule = p.parse("retry_schedule", parse_schedule);
-        let delivery_workers = p.parse("delivery_workers", |v| match v.parse::<usize>() {
-            Ok(n) if (1..=1024).contains(&n) => Ok(n),
-            _ => Err("must be a whole number from 1 to 1024".to_owned()),
-        });
-        let delivery_lease = p.parse("delivery_lease_seconds", |v| parse_seconds(v, 1, 86_400));
-        let log = p.parse("log", |v| {
-            tracing_subscriber::EnvFilter::try_new(v)
-                .map(|_| v.to_owned())
-                .map_err(|e| format!("is not a valid log filter: {e}"))
-        });
-        let log_format = p.parse("log_format", |v| match v {
-            "text" => Ok(LogFormat::Text),
-            "json" => Ok(LogFormat::Json),
-            _ => Err("must be `text` or `json`".to_owned()),
-        });
         if !p.errors.is_empty() {
             return Err(ConfigError(p.errors));
         }
-        // Every `parse` above succeeded, so every value is present.
-        let missing = || ConfigError(vec!["internal: a checked value is missing".to_owned()]);
         Ok(Config {
-            listen: listen.ok_or_else(missing)?,
-            database: database.ok_or_else(missing)?,
-            database_max_connections: database_max_connections.ok_or_else(missing)?,
-            sqlite_synchronous_full: sqlite_synchronous_full.ok_or_else(missing)?,
-            data_dir: data_dir.ok_or_else(missing)?,
-            secret,
-            smtp,
-            email_from: email_from.ok_or_else(missing)?,
-            sms: sms.ok_or_else(missing)?,
-            whatsapp: whatsapp.ok_or_else(missing)?,
-            dns_nameservers,
-            spf_include: spf_include.ok_or_else(missing)?,
-            dns_timeout: dns_timeout.ok_or_else(missing)?,
-            domain_recheck_interval: domain_recheck_interval.ok_or_else(missing)?,
-            domain_pending_interval: domain_pending_interval.ok_or_else(missing)?,
-            domain_pending_timeout: domain_pending_timeout.ok_or_else(missing)?,
-            operator_idp,
-            operator_algorithms: operator_algorithms.ok_or_else(missing)?,
-            operator_jwks_refresh: operator_jwks_refresh.ok_or_else(missing)?,
-            operator_jwks_max_age: operator_jwks_max_age.ok_or_else(missing)?,
-            stream_heartbeat: stream_heartbeat.ok_or_else(missing)?,
-            cors_origins,
-            retry_schedule: retry_schedule.ok_or_else(missing)?,
-            delivery_workers: delivery_workers.ok_or_else(missing)?,
-            delivery_lease: delivery_lease.ok_or_else(missing)?,
-            log: log.ok_or_else(missing)?,
-            log_format: log_format.ok_or_else(missing)?,
+            listen: server.listen,
+            cors_origins: server.cors_origins,
+            stream_heartbeat: server.stream_heartbeat,
+            database: storage.database,
+            database_max_connections: storage.database_max_connections,
+            sqlite_synchronous_full: storage.sqlite_synchronous_full,
+            data_dir: storage.data_dir,
+            secret: storage.secret,
+            smtp: delivery.smtp,
+            email_from: delivery.email_from,
+            sms: delivery.sms,
+            whatsapp: delivery.whatsapp,
+            retry_schedule: delivery.retry_schedule,
+            delivery_workers: delivery.delivery_workers,
+            delivery_lease: delivery.delivery_lease,
+            dns_nameservers: domains.dns_nameservers,
+            spf_include: domains.spf_include,
+            dns_timeout: domains.dns_timeout,
+            domain_recheck_interval: domains.domain_recheck_interval,
+            domain_pending_interval: domains.domain_pending_interval,
+            domain_pending_timeout: domains.domain_pending_timeout,
+            operator_idp: operators.operator_idp,
+            operator_algorithms: operators.operator_algorithms,
+            operator_jwks_refresh: operators.operator_jwks_refresh,
+            operator_jwks_max_age: operators.operator_jwks_max_age,
+            log: logging.log,
+            log_format: logging.log_format,
             dev,
         })
     }

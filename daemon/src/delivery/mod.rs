@@ -6,14 +6,9 @@
 //! so nothing accepted is ever lost: delivery is at-least-once, and the email Message-ID carries
 //! the notification id so that a resend can be recognised.
 
-pub mod dkim;
-pub mod email;
-pub mod http;
-pub mod policy;
-pub mod providers;
-
 use std::{sync::Arc, time::Duration};
 
+use herald_common::{api::notifications::Channel, ids::TenantId};
 use rand::RngExt;
 use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore},
@@ -21,14 +16,11 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-pub use policy::RetryPolicy;
-pub use providers::{Providers, SendError, Sent};
-
-use herald_common::api::notifications::Channel;
-
 use crate::{
+    dkim::{self, DkimSigner},
+    providers::{OutgoingMessage, SendError},
     state::AppState,
-    store::{AttemptResult, ClaimedDelivery, now_millis},
+    store::{AttemptResult, AttemptSpan, ClaimedDelivery, now_millis},
 };
 
 /// The longest a worker sleeps without looking for due jobs.
@@ -101,14 +93,63 @@ pub async fn run_workers(state: AppState, shutdown: CancellationToken) {
     }
 }
 
+/// The message to hand to a claimed job's provider.
+fn message(job: &ClaimedDelivery) -> OutgoingMessage<'_> {
+    OutgoingMessage {
+        id: job.id.as_str(),
+        channel: job.channel,
+        recipient: &job.recipient,
+        recipient_masked: &job.recipient_masked,
+        sender: job.sender.as_deref(),
+        subject: job.subject.as_deref(),
+        body: &job.body,
+        html_body: job.html_body.as_deref(),
+    }
+}
+
 /// The DKIM signer for an email from a tenant's own sending domain (`from` was given).
-async fn signer(state: &AppState, job: &ClaimedDelivery) -> Result<Option<Arc<dkim::DkimSigner>>, SendError> {
+async fn signer(state: &AppState, job: &ClaimedDelivery) -> Result<Option<Arc<DkimSigner>>, SendError> {
     match &job.sender {
-        Some(sender) if job.channel == Channel::Email.as_str() => {
-            crate::service::domains::signer_for(state, &job.tenant_id, sender).await.map(Some)
+        Some(sender) if job.channel == Channel::Email => {
+            signer_for(state, &job.tenant_id, sender).await.map(Some)
         }
         _ => Ok(None),
     }
+}
+
+/// The DKIM signer for mail from `sender` of `tenant_id`, at delivery time. A domain that can
+/// no longer send (deleted, or failed a re-check since the mail was accepted) fails the
+/// delivery: sending it unsigned from a domain that publishes DKIM and DMARC would only get it
+/// rejected or marked as spam.
+pub async fn signer_for(
+    state: &AppState,
+    tenant_id: &TenantId,
+    sender: &str,
+) -> Result<Arc<DkimSigner>, SendError> {
+    let name = dkim::domain_of(sender);
+    let not_sendable = || SendError::Permanent {
+        reason: format!(
+            "the sending domain `{name}` is no longer verified (it was removed or failed a check after this \
+             notification was accepted)"
+        ),
+    };
+    if let Some(cached) = state.signers.get(tenant_id, &name) {
+        return cached.ok_or_else(not_sendable);
+    }
+    let domain = state.store.find_domain_by_name(tenant_id, &name).await.map_err(|e| {
+        SendError::Transient { reason: format!("cannot read the sending domain: {e}"), retry_after: None }
+    })?;
+    let signer = match domain {
+        Some(domain) if domain.verified_at.is_some() => {
+            let signer = dkim::keys::open(&state.secret, &domain.id, &domain.dkim_private_key)
+                .and_then(|der| DkimSigner::new(&domain.name, &domain.dkim_selector, &der))
+                .map_err(|e| SendError::Permanent { reason: format!("cannot sign as `{name}`: {e}") })?;
+            Some(Arc::new(signer))
+        }
+        _ => None,
+    };
+    state.signers.put(tenant_id, &name, signer.clone());
+    signer.ok_or_else(not_sendable)
 }
 
 /// Sends one claimed job and records what happened.
@@ -116,10 +157,10 @@ async fn signer(state: &AppState, job: &ClaimedDelivery) -> Result<Option<Arc<dk
 async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphorePermit) {
     let started_at = now_millis();
     let outcome = match signer(&state, &job).await {
-        Ok(signer) => state.providers.send(&job, signer.as_deref()).await,
+        Ok(signer) => state.providers.send(&message(&job), signer.as_deref()).await,
         Err(e) => Err(e),
-    }
-    .map_err(|e| e.redact(&job.recipient, &job.recipient_masked));
+    };
+    let span = AttemptSpan { started_at, finished_at: now_millis() };
     let result = match outcome {
         Ok(sent) => AttemptResult::Sent { provider_message_id: sent.provider_message_id },
         Err(SendError::Permanent { reason }) => {
@@ -131,7 +172,8 @@ async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphoreP
             match state.retry_policy.next_delay(attempt, retry_after, jitter) {
                 Some(delay) => AttemptResult::Retry {
                     error: reason,
-                    next_attempt_at: now_millis() + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2),
+                    next_attempt_at: span.finished_at
+                        + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2),
                 },
                 None => AttemptResult::Failed { error: reason, retryable: true, transient: true },
             }
@@ -143,7 +185,7 @@ async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphoreP
         AttemptResult::Failed { retryable: true, .. } => "failed_retryable",
         AttemptResult::Failed { .. } => "failed",
     };
-    metrics::counter!("herald_delivery_attempts_total", "channel" => job.channel.clone(), "outcome" => label)
+    metrics::counter!("herald_delivery_attempts_total", "channel" => job.channel.as_str(), "outcome" => label)
         .increment(1);
     match &result {
         // Successes at debug: the activity feed and the metrics keep the record, and at
@@ -159,7 +201,7 @@ async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphoreP
         }
     }
     let retry = matches!(result, AttemptResult::Retry { .. });
-    match state.store.record_attempt(&job.id, job.attempt_count, started_at, result).await {
+    match state.store.record_attempt(&job.id, job.attempt_count, span, result).await {
         Ok(true) => {}
         Ok(false) => {
             tracing::warn!("the lease expired before the outcome was recorded; another attempt owns it")

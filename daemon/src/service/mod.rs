@@ -43,28 +43,3 @@ pub async fn housekeeping(state: AppState, shutdown: CancellationToken) {
         }
     }
 }
-
-/// On PostgreSQL, folds the activity counters' pending changes into the counters every second,
-/// and vacuums their table every ten, so readers sum few of them and skip no dead rows
-/// (store/activity.rs). SQLite's counters need no folding.
-pub async fn fold_activity_counts(state: AppState, shutdown: CancellationToken) {
-    if state.store.engine() != crate::store::Engine::Postgres {
-        return;
-    }
-    let mut every = tokio::time::interval(Duration::from_secs(1));
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    for round in 0u64.. {
-        tokio::select! {
-            _ = every.tick() => {}
-            _ = shutdown.cancelled() => return,
-        }
-        if let Err(e) = state.store.fold_activity_counts().await {
-            tracing::warn!(error = %e, "cannot fold the activity counters");
-        }
-        if round % 10 == 9
-            && let Err(e) = state.store.vacuum_activity_deltas().await
-        {
-            tracing::warn!(error = %e, "cannot vacuum the activity counters' changes");
-        }
-    }
-}

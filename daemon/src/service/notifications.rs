@@ -5,11 +5,8 @@ use std::time::Duration;
 
 use herald_common::{
     ErrorCode, FieldError, Timestamp,
-    api::{
-        notifications::{Channel, DeliveryStatus, NotificationAccepted, NotificationIn},
-        users::validate_user_id,
-    },
-    ids::NotificationId,
+    api::notifications::{Accepted, Channel, DeliveryStatus, NotificationAccepted, NotificationIn},
+    ids::{NotificationId, UserId},
     mask::mask,
 };
 use serde_json::{Map, Value};
@@ -20,33 +17,27 @@ use crate::{
     error::{ApiError, ApiResult},
     secret::ServerSecret,
     state::AppState,
-    store::{DispatchResult, IdempotentResponse, NewNotification},
+    store::{DispatchResult, IdempotencyKey, IdempotentResponse, NewNotification},
 };
 
 /// How long an idempotency key is remembered.
 pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// An `Idempotency-Key` header and the fingerprint of the request it came with.
-pub struct Idempotency {
-    pub key: String,
-    pub request_hash: String,
-}
-
-impl Idempotency {
-    /// Checks the header (1 to 255 printable ASCII characters) and fingerprints the body: an
-    /// HMAC (keyed with the server secret, so a stored fingerprint cannot be tested against
-    /// guessed recipients or codes) of its canonical JSON, so whitespace and key order do not
-    /// matter.
-    pub fn new(secret: &ServerSecret, key: &str, body: &Value) -> ApiResult<Self> {
-        if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
-            return Err(ApiError::field("Idempotency-Key", "must be 1 to 255 printable ASCII characters"));
-        }
-        let canonical = serde_json::to_vec(&canonical(body)).unwrap_or_default();
-        let digest = secret.mac("herald.idempotency.v1", &[&canonical]);
-        Ok(Self { key: key.to_owned(), request_hash: digest.iter().map(|b| format!("{b:02x}")).collect() })
+/// Checks an `Idempotency-Key` header (1 to 255 printable ASCII characters) and fingerprints
+/// the body it came with: an HMAC (keyed with the server secret, so a stored fingerprint cannot
+/// be tested against guessed recipients or codes) of its canonical JSON, so whitespace and key
+/// order do not matter.
+pub fn idempotency_key(secret: &ServerSecret, key: &str, body: &Value) -> ApiResult<IdempotencyKey> {
+    if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        return Err(ApiError::field("Idempotency-Key", "must be 1 to 255 printable ASCII characters"));
     }
+    let canonical = serde_json::to_vec(&canonical(body)).unwrap_or_default();
+    let digest = secret.mac("herald.idempotency.v1", &[&canonical]);
+    Ok(IdempotencyKey {
+        key: key.to_owned(),
+        request_hash: digest.iter().map(|b| format!("{b:02x}")).collect(),
+    })
 }
-
 /// The value with object keys sorted at every level.
 fn canonical(value: &Value) -> Value {
     match value {
@@ -74,29 +65,25 @@ pub async fn dispatch(
     state: &AppState,
     key: &KeyPrincipal,
     input: NotificationIn,
-    idempotency: Option<Idempotency>,
+    idempotency: Option<IdempotencyKey>,
 ) -> ApiResult<Dispatched> {
-    let app = key.application_id.as_str();
     if let Some(idem) = &idempotency {
-        let earlier = state
-            .store
-            .check_idempotency_key(app, &idem.key, &idem.request_hash, state.clock.now_millis())
-            .await?;
+        let earlier =
+            state.store.check_idempotency_key(&key.application_id, idem, state.clock.now_millis()).await?;
         if earlier != DispatchResult::Created {
             return answer_for_key(earlier);
         }
     }
     let notification = prepare(state, key, input).await?;
     let accepted = NotificationAccepted {
-        status: "accepted".to_owned(),
-        notification_id: NotificationId::parse(&notification.id).map_err(ApiError::internal)?,
+        status: Accepted::Accepted,
+        notification_id: notification.id.clone(),
         channel: notification.channel,
         delivery_status: DeliveryStatus::Queued,
     };
     let record = match idempotency {
-        Some(idem) => Some(IdempotentResponse {
-            key: idem.key,
-            request_hash: idem.request_hash,
+        Some(key) => Some(IdempotentResponse {
+            key,
             status_code: 202,
             body: serde_json::to_string(&accepted).map_err(ApiError::internal)?,
             ttl_ms: IDEMPOTENCY_TTL.as_millis() as i64,
@@ -104,14 +91,10 @@ pub async fn dispatch(
         None => None,
     };
     let channel = notification.channel;
-    let (app_id, recipient) = (notification.application_id.clone(), notification.recipient.clone());
     match state.store.dispatch(notification, record).await? {
         DispatchResult::Created => {
             if channel != Channel::InApp {
                 state.delivery_wake.notify_one();
-            } else if state.store.engine() == crate::store::Engine::Sqlite {
-                // PostgreSQL notifies every daemon, this one included, at commit.
-                state.hub.wake_created(&app_id, &recipient);
             }
             metrics::counter!("herald_notifications_accepted_total", "channel" => channel.as_str())
                 .increment(1);
@@ -143,15 +126,19 @@ pub fn earlier_response(result: DispatchResult) -> ApiResult<(u16, String)> {
     }
 }
 
-/// Validates `input` for its channel (all field errors at once) and renders its template.
+/// Renders `input`'s template (if any), validates the result for its channel and checks its
+/// sender: the notification to store.
 async fn prepare(state: &AppState, key: &KeyPrincipal, input: NotificationIn) -> ApiResult<NewNotification> {
-    let channel = input.channel;
-    let given = templates::Rendered { subject: input.subject, body: input.body, html_body: input.html_body };
+    let given = templates::Rendered {
+        subject: input.subject.clone(),
+        body: input.body.clone(),
+        html_body: input.html_body.clone(),
+    };
     let content = match &input.template_id {
         Some(template_id) => {
             let template = state
                 .store
-                .get_template(key.tenant_id.as_str(), template_id)
+                .get_template(&key.tenant_id, template_id)
                 .await?
                 .ok_or_else(|| ApiError::field("template_id", "no such template"))?;
             templates::render(&template, input.template_data.as_ref().unwrap_or(&Map::new()), given)?
@@ -161,7 +148,52 @@ async fn prepare(state: &AppState, key: &KeyPrincipal, input: NotificationIn) ->
         }
         None => given,
     };
+    let checked = check(&input, content).map_err(ApiError::validation)?;
+    if let Some(from) = &input.from {
+        super::domains::check_sender(state, &key.tenant_id, from).await?;
+    }
+    Ok(NewNotification {
+        id: NotificationId::new(),
+        tenant_id: key.tenant_id.clone(),
+        application_id: key.application_id.clone(),
+        channel: input.channel,
+        recipient_masked: mask(&checked.recipient),
+        recipient: checked.recipient,
+        sender: input.from,
+        subject: checked.content.subject,
+        title: input.title,
+        body: checked.body,
+        html_body: checked.content.html_body,
+        data: input.data.map(|d| Value::Object(d).to_string()),
+        template_id: input.template_id,
+        created_at: Timestamp::now().millis(),
+    })
+}
 
+/// A request that passed [`check`].
+#[derive(Debug)]
+struct Checked {
+    /// Trimmed.
+    recipient: String,
+    body: String,
+    /// Subject and HTML body, after the template.
+    content: templates::Rendered,
+}
+
+/// The most characters of a body on each channel.
+pub(crate) fn body_limit(channel: Channel) -> usize {
+    match channel {
+        Channel::Sms => 1_600,
+        Channel::Whatsapp => 4_096,
+        Channel::InApp => 10_000,
+        Channel::Email => 200_000,
+    }
+}
+
+/// Validates a dispatch for its channel, with its content after the template: every field error
+/// at once.
+fn check(input: &NotificationIn, content: templates::Rendered) -> Result<Checked, Vec<FieldError>> {
+    let channel = input.channel;
     let mut errors = Vec::new();
     let mut check = |field: &str, result: Result<(), String>| {
         if let Err(message) = result {
@@ -174,22 +206,19 @@ async fn prepare(state: &AppState, key: &KeyPrincipal, input: NotificationIn) ->
         match channel {
             Channel::Email => validate::email_address(&recipient).map_err(str::to_owned),
             Channel::Sms | Channel::Whatsapp => validate::e164(&recipient).map_err(str::to_owned),
-            Channel::InApp => validate_user_id(&recipient).map_err(|m| format!("must be a user id: {m}")),
+            Channel::InApp => {
+                UserId::parse(&recipient).map(|_| ()).map_err(|m| format!("must be a user id: {m}"))
+            }
         },
     );
-    let body = content.body.unwrap_or_default();
-    let body_limit = match channel {
-        Channel::Sms => 1_600,
-        Channel::Whatsapp => 4_096,
-        Channel::InApp => 10_000,
-        Channel::Email => 200_000,
-    };
+    let body = content.body.clone().unwrap_or_default();
+    let limit = body_limit(channel);
     check(
         "body",
         if body.trim().is_empty() {
             Err("is required (in the request or the template)".to_owned())
-        } else if body.chars().count() > body_limit {
-            Err(format!("must be at most {body_limit} characters for {channel}"))
+        } else if body.chars().count() > limit {
+            Err(format!("must be at most {limit} characters for {channel}"))
         } else {
             Ok(())
         },
@@ -224,16 +253,7 @@ async fn prepare(state: &AppState, key: &KeyPrincipal, input: NotificationIn) ->
     if let Some(data) = &input.data {
         if channel == Channel::InApp {
             for (name, value) in data {
-                let result = match (name.as_str(), value) {
-                    ("action_url" | "avatar_url", Value::String(url)) => {
-                        validate::http_url(url).map_err(str::to_owned)
-                    }
-                    ("action_url" | "avatar_url", _) => Err("must be an http:// or https:// URL".to_owned()),
-                    ("category", Value::String(c)) => validate::single_line(c, 64),
-                    ("category", _) => Err("must be a string".to_owned()),
-                    _ => Ok(()),
-                };
-                check(&format!("data.{name}"), result);
+                check(&format!("data.{name}"), in_app_data(name, value));
             }
         } else {
             check("data", Err(only("in_app")));
@@ -248,26 +268,86 @@ async fn prepare(state: &AppState, key: &KeyPrincipal, input: NotificationIn) ->
             },
         );
     }
-    if !errors.is_empty() {
-        return Err(ApiError::validation(errors));
+    if errors.is_empty() { Ok(Checked { recipient, body, content }) } else { Err(errors) }
+}
+
+/// The rules for the keys of an in-app notification's `data` that Herald knows.
+fn in_app_data(name: &str, value: &Value) -> Result<(), String> {
+    match (name, value) {
+        ("action_url" | "avatar_url", Value::String(url)) => validate::http_url(url).map_err(str::to_owned),
+        ("action_url" | "avatar_url", _) => Err("must be an http:// or https:// URL".to_owned()),
+        ("category", Value::String(c)) => validate::single_line(c, 64),
+        ("category", _) => Err("must be a string".to_owned()),
+        _ => Ok(()),
     }
-    if let Some(from) = &input.from {
-        super::domains::check_sender(state, key.tenant_id.as_str(), from).await?;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rendered(input: &NotificationIn) -> templates::Rendered {
+        templates::Rendered {
+            subject: input.subject.clone(),
+            body: input.body.clone(),
+            html_body: input.html_body.clone(),
+        }
     }
-    Ok(NewNotification {
-        id: NotificationId::new().to_string(),
-        tenant_id: key.tenant_id.to_string(),
-        application_id: key.application_id.to_string(),
-        channel,
-        recipient_masked: mask(&recipient),
-        recipient,
-        sender: input.from,
-        subject: content.subject,
-        title: input.title,
-        body,
-        html_body: content.html_body,
-        data: input.data.map(|d| Value::Object(d).to_string()),
-        template_id: input.template_id,
-        created_at: Timestamp::now().millis(),
-    })
+
+    fn fields(input: NotificationIn) -> Vec<String> {
+        let content = rendered(&input);
+        match check(&input, content) {
+            Ok(_) => Vec::new(),
+            Err(errors) => errors.into_iter().map(|e| e.field).collect(),
+        }
+    }
+
+    #[test]
+    fn a_valid_request_of_each_channel_passes() {
+        let mut email = NotificationIn::new(Channel::Email, " ann@example.com ", "Hi");
+        email.subject = Some("Hello".into());
+        email.html_body = Some("<p>Hi</p>".into());
+        let checked = check(&email, rendered(&email)).unwrap();
+        assert_eq!(checked.recipient, "ann@example.com", "trimmed");
+        assert!(fields(NotificationIn::new(Channel::Sms, "+14155550100", "Hi")).is_empty());
+        assert!(fields(NotificationIn::new(Channel::Whatsapp, "+14155550100", "Hi")).is_empty());
+        let mut in_app = NotificationIn::new(Channel::InApp, "ann", "Hi");
+        in_app.title = Some("Welcome".into());
+        assert!(fields(in_app).is_empty());
+    }
+
+    #[test]
+    fn every_bad_field_is_reported_at_once() {
+        let mut bad = NotificationIn::new(Channel::Sms, "555", "");
+        bad.subject = Some("no subjects on SMS".into());
+        bad.html_body = Some("<p>".into());
+        bad.title = Some("no titles either".into());
+        bad.data = Some(Map::from_iter([("category".to_owned(), Value::from(1))]));
+        bad.from = Some("a@example.com".into());
+        assert_eq!(fields(bad), ["recipient", "body", "subject", "html_body", "title", "data", "from"]);
+    }
+
+    #[test]
+    fn channel_rules() {
+        let long = "x".repeat(1_601);
+        assert_eq!(fields(NotificationIn::new(Channel::Sms, "+14155550100", long)), ["body"]);
+        assert_eq!(
+            fields(NotificationIn::new(Channel::InApp, "ann", "Hi")),
+            ["title"],
+            "in_app needs a title"
+        );
+        let mut subject_as_title = NotificationIn::new(Channel::InApp, "ann", "Hi");
+        subject_as_title.subject = Some("s".repeat(257));
+        assert_eq!(fields(subject_as_title), ["subject"], "a subject used as the title obeys its limit");
+        let mut data = NotificationIn::new(Channel::InApp, "ann b", "Hi");
+        data.title = Some("t".into());
+        data.data = Some(Map::from_iter([
+            ("action_url".to_owned(), Value::from("javascript:alert(1)")),
+            ("free".to_owned(), Value::from(3)),
+        ]));
+        assert_eq!(fields(data), ["recipient", "data.action_url"]);
+        let mut header = NotificationIn::new(Channel::Email, "ann@example.com", "Hi");
+        header.subject = Some("Hi\r\nBcc: x@example.com".into());
+        assert_eq!(fields(header), ["subject"]);
+    }
 }

@@ -11,34 +11,40 @@
 use std::time::Duration;
 
 use herald_common::{
-    ErrorCode, FieldError, Timestamp,
+    ErrorCode, FieldError, Scope, Timestamp,
     api::{
         notifications::Channel,
-        otp::{OtpSendIn, OtpSendOut, OtpVerifyIn, OtpVerifyOut},
+        otp::{
+            OtpSendIn, OtpSendOut, OtpSent as SentStatus, OtpStatus, OtpVerified, OtpVerifyIn, OtpVerifyOut,
+        },
     },
-    ids::OtpId,
+    ids::{ApplicationId, OtpId, TenantId},
     mask::mask,
 };
 use rand::RngExt;
 use subtle::ConstantTimeEq;
 
 use super::{
-    notifications::{IDEMPOTENCY_TTL, Idempotency, earlier_response},
+    notifications::{IDEMPOTENCY_TTL, earlier_response},
     validate,
 };
 use crate::{
     auth::KeyPrincipal,
-    delivery::SendError,
     error::{ApiError, ApiResult},
+    providers::OutgoingMessage,
     secret::{ServerSecret, random_token},
     state::AppState,
-    store::{ClaimedDelivery, DispatchResult, Limit, NewOtp, OtpMessages, OtpSendStart, VerifyOutcome},
+    store::{
+        DispatchResult, IdempotencyKey, Limit, NewOtp, OtpMessages, OtpSendStart, OtpSnapshot, OtpVerdict,
+    },
 };
 
 pub const SEND_LIMIT: Limit = Limit { max: 5, window_ms: 10 * 60 * 1000 };
 pub const FAILURE_LIMIT: Limit = Limit { max: 20, window_ms: 24 * 3600 * 1000 };
+/// Wrong codes a transaction takes before it is tombstoned.
+pub const MAX_FAILED_ATTEMPTS: i64 = 5;
 const DEFAULT_TTL: u32 = 300;
-const TTL_RANGE: std::ops::RangeInclusive<u32> = 30..=crate::store::OTP_MAX_TTL_SECONDS;
+pub(crate) const TTL_RANGE: std::ops::RangeInclusive<u32> = 30..=crate::store::OTP_MAX_TTL_SECONDS;
 
 pub const DEFAULT_EMAIL_SUBJECT: &str = "Your verification code";
 pub const DEFAULT_EMAIL_BODY: &str = "Your verification code is {code}. It expires in {expires}.";
@@ -69,16 +75,18 @@ pub enum OtpSent {
     Replayed { status_code: u16, body: String },
 }
 
-pub async fn send(
-    state: &AppState,
-    key: &KeyPrincipal,
-    input: OtpSendIn,
-    idempotency: Option<Idempotency>,
-) -> ApiResult<OtpSent> {
-    if input.code.is_some() {
-        // The scope is checked before the code's format: without it, a code is not allowed at all.
-        key_scope(key, herald_common::Scope::OtpCustomCode)?;
-    }
+/// A send request that passed [`check_send`].
+#[derive(Debug, PartialEq, Eq)]
+struct CheckedSend {
+    /// Trimmed.
+    recipient: String,
+    /// Digits of a generated code (unused with a custom code).
+    length: u32,
+    ttl: u32,
+}
+
+/// Validates a send request: every field error at once.
+fn check_send(input: &OtpSendIn) -> Result<CheckedSend, Vec<FieldError>> {
     let mut errors = Vec::new();
     let recipient = input.recipient.trim().to_owned();
     match input.channel {
@@ -112,42 +120,51 @@ pub async fn send(
     {
         errors.push(FieldError::new("code", "must be 4 to 16 letters, digits, `-` or `_`"));
     }
-    if !errors.is_empty() {
-        return Err(ApiError::validation(errors));
-    }
+    if errors.is_empty() { Ok(CheckedSend { recipient, length, ttl }) } else { Err(errors) }
+}
 
-    let app = key.application_id.as_str();
+pub async fn send(
+    state: &AppState,
+    key: &KeyPrincipal,
+    input: OtpSendIn,
+    idempotency: Option<IdempotencyKey>,
+) -> ApiResult<OtpSent> {
+    if input.code.is_some() {
+        // The scope is checked before the code's format: without it, a code is not allowed at all.
+        key_scope(key, Scope::OtpCustomCode)?;
+    }
+    let checked = check_send(&input).map_err(ApiError::validation)?;
+    let app = &key.application_id;
     let now = state.clock.now_millis();
     if let Some(idem) = &idempotency {
-        let earlier = state.store.check_idempotency_key(app, &idem.key, &idem.request_hash, now).await?;
+        let earlier = state.store.check_idempotency_key(app, idem, now).await?;
         if earlier != DispatchResult::Created {
             return answer_for_key(earlier);
         }
     }
 
-    let code = input.code.clone().unwrap_or_else(|| generate_code(length));
+    let code = input.code.clone().unwrap_or_else(|| generate_code(checked.length));
     let salt = random_token(16);
+    let recipient = checked.recipient;
     let normalized =
         if input.channel == Channel::Email { recipient.to_lowercase() } else { recipient.clone() };
     let id = OtpId::new();
     let masked = mask(&recipient);
     let otp = NewOtp {
-        id: id.to_string(),
-        tenant_id: key.tenant_id.to_string(),
-        application_id: app.to_owned(),
-        channel: input.channel.as_str().to_owned(),
+        id: id.clone(),
+        tenant_id: key.tenant_id.clone(),
+        application_id: app.clone(),
+        channel: input.channel,
         recipient_key: hex(&state
             .secret
-            .mac("herald.otp.recipient.v1", &[app.as_bytes(), normalized.as_bytes()])),
+            .mac("herald.otp.recipient.v1", &[app.as_str().as_bytes(), normalized.as_bytes()])),
         recipient_masked: masked.clone(),
         salt: salt.clone(),
         code_hash: hex(&code_hash(&state.secret, &salt, &code)),
-        expires_at: now + i64::from(ttl) * 1000,
+        expires_at: now + i64::from(checked.ttl) * 1000,
         created_at: now,
     };
-    let claim = idempotency
-        .as_ref()
-        .map(|i| (i.key.clone(), i.request_hash.clone(), IDEMPOTENCY_TTL.as_millis() as i64));
+    let claim = idempotency.clone().map(|key| (key, IDEMPOTENCY_TTL.as_millis() as i64));
     match state.store.begin_otp_send(otp, claim, SEND_LIMIT).await? {
         OtpSendStart::Started => {}
         OtpSendStart::RateLimited { retry_after_ms } => {
@@ -162,62 +179,58 @@ pub async fn send(
     // From here on the code is sent and the outcome recorded in a task of its own: if the
     // caller hangs up mid-request, the transaction and its idempotency key still end up
     // recorded as sent or failed (never stuck in flight).
-    let task = tokio::spawn(deliver_code(
-        state.clone(),
-        key.tenant_id.to_string(),
-        app.to_owned(),
+    let pending = PendingCode {
+        tenant_id: key.tenant_id.clone(),
+        application_id: app.clone(),
         id,
-        input.channel,
+        channel: input.channel,
         recipient,
         masked,
         code,
-        ttl,
+        ttl: checked.ttl,
         idempotency,
-    ));
-    task.await.map_err(ApiError::internal)?
+    };
+    tokio::spawn(deliver_code(state.clone(), pending)).await.map_err(ApiError::internal)?
 }
 
-/// Sends the code through the channel's provider and records the outcome.
-#[allow(clippy::too_many_arguments)]
-async fn deliver_code(
-    state: AppState,
-    tenant: String,
-    app: String,
+/// A code recorded as sent, on its way to the provider.
+struct PendingCode {
+    tenant_id: TenantId,
+    application_id: ApplicationId,
     id: OtpId,
     channel: Channel,
     recipient: String,
     masked: String,
     code: String,
     ttl: u32,
-    idempotency: Option<Idempotency>,
-) -> ApiResult<OtpSent> {
-    let messages = state.store.otp_messages(&app).await?;
-    let message = compose(channel, &messages, &code, ttl);
-    let outgoing = ClaimedDelivery {
-        id: id.to_string(),
-        tenant_id: tenant,
-        application_id: app.clone(),
-        channel: channel.as_str().to_owned(),
-        recipient,
-        recipient_masked: masked.clone(),
+    idempotency: Option<IdempotencyKey>,
+}
+
+/// Sends the code through the channel's provider and records the outcome.
+async fn deliver_code(state: AppState, pending: PendingCode) -> ApiResult<OtpSent> {
+    let PendingCode { tenant_id, application_id, id, channel, recipient, masked, code, ttl, idempotency } =
+        pending;
+    let messages = state.store.otp_messages(&application_id).await?;
+    let (subject, body) = compose(channel, &messages, &code, ttl);
+    let message = OutgoingMessage {
+        id: id.as_str(),
+        channel,
+        recipient: &recipient,
+        recipient_masked: &masked,
         sender: None,
-        subject: message.0,
-        body: message.1,
+        subject: subject.as_deref(),
+        body: &body,
         html_body: None,
-        attempt_count: 1,
-        cycle_attempt: 1,
     };
-    let delivered =
-        state.providers.send(&outgoing, None).await.map_err(|e| e.redact(&outgoing.recipient, &masked));
-    drop(outgoing);
+    let delivered = state.providers.send(&message, None).await;
     let (status_code, body, result) = match delivered {
         Ok(_) => {
             // Recorded as sent before the call: nothing to write for a success.
             // At debug, as deliveries: the activity feed and the metric keep the record.
-            tracing::debug!(transaction_id = %id, %channel, recipient = %masked, "OTP sent");
+            tracing::debug!(transaction_id = %id, %channel, recipient = %masked, %tenant_id, "OTP sent");
             metrics::counter!("herald_otp_total", "event" => "sent").increment(1);
             let out = OtpSendOut {
-                status: "sent".to_owned(),
+                status: SentStatus::Sent,
                 transaction_id: id,
                 recipient: masked,
                 channel,
@@ -226,10 +239,8 @@ async fn deliver_code(
             (200, serde_json::to_string(&out).map_err(ApiError::internal)?, Ok(OtpSent::Sent(out)))
         }
         Err(e) => {
-            let reason = match e {
-                SendError::Transient { reason, .. } | SendError::Permanent { reason } => reason,
-            };
-            state.store.fail_otp_send(id.as_str(), reason.clone(), state.clock.now_millis()).await?;
+            let reason = e.reason().to_owned();
+            state.store.fail_otp_send(&id, reason.clone(), state.clock.now_millis()).await?;
             tracing::warn!(transaction_id = %id, %channel, recipient = %masked, error = %reason, "OTP delivery failed");
             metrics::counter!("herald_otp_total", "event" => "failed").increment(1);
             let error = ApiError::new(
@@ -242,12 +253,12 @@ async fn deliver_code(
         }
     };
     if let Some(idem) = &idempotency {
-        state.store.complete_idempotency_key(&app, &idem.key, status_code, body).await?;
+        state.store.complete_idempotency_key(&application_id, &idem.key, status_code, body).await?;
     }
     result
 }
 
-fn key_scope(key: &KeyPrincipal, scope: herald_common::Scope) -> ApiResult<()> {
+fn key_scope(key: &KeyPrincipal, scope: Scope) -> ApiResult<()> {
     if key.scopes.contains(&scope) { Ok(()) } else { Err(ApiError::insufficient_scope(scope)) }
 }
 
@@ -275,6 +286,36 @@ fn answer_for_key(result: DispatchResult) -> ApiResult<OtpSent> {
     earlier_response(result).map(|(status_code, body)| OtpSent::Replayed { status_code, body })
 }
 
+/// What a verification at `now` decides for a transaction in the state `snapshot` shows:
+/// `code_matches` is asked only when the code may be tried. The rules, in order: a finished
+/// transaction stays finished; time runs out; the recipient's failure limit; then the code.
+fn decide(
+    snapshot: &OtpSnapshot,
+    now: i64,
+    failure_limit: Limit,
+    code_matches: impl FnOnce(&str, &str) -> bool,
+) -> OtpVerdict {
+    match snapshot.status {
+        OtpStatus::Verified => return OtpVerdict::AlreadyVerified,
+        OtpStatus::Tombstoned => return OtpVerdict::Tombstoned,
+        OtpStatus::Expired => return OtpVerdict::Expired { record: false },
+        OtpStatus::Failed => return OtpVerdict::NotDelivered,
+        OtpStatus::Sent => {}
+    }
+    if now >= snapshot.expires_at {
+        return OtpVerdict::Expired { record: true };
+    }
+    if snapshot.recent_failures >= failure_limit.max {
+        let oldest = snapshot.oldest_failure.unwrap_or(now);
+        return OtpVerdict::RateLimited { retry_after_ms: (oldest + failure_limit.window_ms - now).max(1) };
+    }
+    if code_matches(&snapshot.salt, &snapshot.code_hash) {
+        return OtpVerdict::Verified;
+    }
+    let failed_attempts = snapshot.failed_attempts + 1;
+    OtpVerdict::Wrong { failed_attempts, tombstoned: failed_attempts >= MAX_FAILED_ATTEMPTS }
+}
+
 pub async fn verify(state: &AppState, key: &KeyPrincipal, input: OtpVerifyIn) -> ApiResult<OtpVerifyOut> {
     let not_found = || ApiError::not_found("OTP transaction");
     if input.code.is_empty() || input.code.len() > 64 {
@@ -283,52 +324,49 @@ pub async fn verify(state: &AppState, key: &KeyPrincipal, input: OtpVerifyIn) ->
     let id = OtpId::parse(&input.transaction_id).map_err(|_| not_found())?;
     let secret = state.secret.clone();
     let code = input.code;
-    let outcome = state
+    let now = state.clock.now_millis();
+    let verdict = state
         .store
-        .verify_otp(
-            id.as_str(),
-            key.application_id.as_str(),
-            state.clock.now_millis(),
-            FAILURE_LIMIT,
-            move |salt, stored| {
+        .verify_otp(&id, &key.application_id, now, FAILURE_LIMIT.window_ms, move |snapshot| {
+            decide(snapshot, now, FAILURE_LIMIT, |salt, stored| {
                 let computed = hex(&code_hash(&secret, salt, &code));
                 bool::from(computed.as_bytes().ct_eq(stored.as_bytes()))
-            },
-        )
-        .await?;
-    let event = match &outcome {
-        VerifyOutcome::Verified { .. } => "verified",
-        VerifyOutcome::Invalid { .. } => "invalid",
-        VerifyOutcome::TombstonedNow => "tombstoned",
+            })
+        })
+        .await?
+        .ok_or_else(not_found)?;
+    let event = match &verdict {
+        OtpVerdict::Verified => "verified",
+        OtpVerdict::Wrong { tombstoned: false, .. } => "invalid",
+        OtpVerdict::Wrong { tombstoned: true, .. } => "tombstoned",
         _ => "refused",
     };
     metrics::counter!("herald_otp_total", "event" => event).increment(1);
-    match outcome {
-        VerifyOutcome::Verified { verified_at } => Ok(OtpVerifyOut {
-            status: "verified".to_owned(),
+    match verdict {
+        OtpVerdict::Verified => Ok(OtpVerifyOut {
+            status: OtpVerified::Verified,
             transaction_id: id,
-            verified_at: Timestamp::from_millis(verified_at),
+            verified_at: Timestamp::from_millis(now),
         }),
-        VerifyOutcome::NotFound => Err(not_found()),
-        VerifyOutcome::AlreadyVerified => {
+        OtpVerdict::AlreadyVerified => {
             Err(ApiError::new(ErrorCode::OtpAlreadyVerified, "This code was already verified."))
         }
-        VerifyOutcome::Expired => {
+        OtpVerdict::Expired { .. } => {
             Err(ApiError::new(ErrorCode::OtpExpired, "This code has expired; ask for a new one."))
         }
-        VerifyOutcome::NotDelivered => Err(ApiError::new(
+        OtpVerdict::NotDelivered => Err(ApiError::new(
             ErrorCode::OtpExpired,
             "This code was never delivered, so it cannot be verified; ask for a new one.",
         )),
-        VerifyOutcome::Tombstoned | VerifyOutcome::TombstonedNow => Err(ApiError::new(
+        OtpVerdict::Tombstoned | OtpVerdict::Wrong { tombstoned: true, .. } => Err(ApiError::new(
             ErrorCode::OtpTombstoned,
             "Too many wrong codes: this transaction is blocked for good; ask for a new code.",
         )),
-        VerifyOutcome::Invalid { remaining } => {
+        OtpVerdict::Wrong { failed_attempts, .. } => {
             Err(ApiError::new(ErrorCode::OtpInvalidCode, "The code does not match.")
-                .with_attempts_remaining(u32::try_from(remaining).unwrap_or(0)))
+                .with_attempts_remaining(u32::try_from(MAX_FAILED_ATTEMPTS - failed_attempts).unwrap_or(0)))
         }
-        VerifyOutcome::RateLimited { retry_after_ms } => Err(ApiError::rate_limited(
+        OtpVerdict::RateLimited { retry_after_ms } => Err(ApiError::rate_limited(
             "Too many failed verifications for this recipient; at most 20 per 24 hours.",
             retry_after_ms,
         )),
@@ -364,6 +402,70 @@ mod tests {
         assert!(!valid_custom_code("12345678901234567"));
         assert!(!valid_custom_code("no spaces"));
         assert!(!valid_custom_code("ünï"));
+    }
+
+    fn snapshot(status: OtpStatus, failed_attempts: i64, recent_failures: i64) -> OtpSnapshot {
+        OtpSnapshot::for_tests(status, failed_attempts, 10_000, recent_failures, Some(1_000))
+    }
+
+    #[test]
+    fn verification_decisions() {
+        use OtpStatus::*;
+        let limit = Limit { max: 20, window_ms: 100_000 };
+        let right = |_: &str, _: &str| true;
+        let wrong = |_: &str, _: &str| false;
+        // (status, failed so far, recipient's recent failures, now, code right?) → verdict
+        let table: &[(OtpStatus, i64, i64, i64, bool, OtpVerdict)] = &[
+            (Sent, 0, 0, 5_000, true, OtpVerdict::Verified),
+            (Sent, 0, 0, 5_000, false, OtpVerdict::Wrong { failed_attempts: 1, tombstoned: false }),
+            (Sent, 3, 0, 5_000, false, OtpVerdict::Wrong { failed_attempts: 4, tombstoned: false }),
+            (Sent, 4, 0, 5_000, false, OtpVerdict::Wrong { failed_attempts: 5, tombstoned: true }),
+            (Sent, 4, 0, 5_000, true, OtpVerdict::Verified),
+            (Sent, 0, 0, 10_000, true, OtpVerdict::Expired { record: true }),
+            (Sent, 0, 20, 5_000, true, OtpVerdict::RateLimited { retry_after_ms: 96_000 }),
+            (Sent, 0, 19, 5_000, true, OtpVerdict::Verified),
+            (Verified, 0, 0, 5_000, true, OtpVerdict::AlreadyVerified),
+            (Tombstoned, 5, 0, 5_000, true, OtpVerdict::Tombstoned),
+            (Expired, 0, 0, 5_000, true, OtpVerdict::Expired { record: false }),
+            (Failed, 0, 0, 5_000, true, OtpVerdict::NotDelivered),
+            // A finished transaction stays finished, whatever the time or the limit.
+            (Verified, 0, 99, 99_999, false, OtpVerdict::AlreadyVerified),
+        ];
+        for (status, failed, recent, now, matches, expected) in table {
+            let verdict = if *matches {
+                decide(&snapshot(*status, *failed, *recent), *now, limit, right)
+            } else {
+                decide(&snapshot(*status, *failed, *recent), *now, limit, wrong)
+            };
+            assert_eq!(
+                &verdict, expected,
+                "{status:?} failed={failed} recent={recent} now={now} right={matches}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_code_is_not_compared_when_it_may_not_be_tried() {
+        let limit = Limit { max: 20, window_ms: 100_000 };
+        for snapshot in [snapshot(OtpStatus::Tombstoned, 5, 0), snapshot(OtpStatus::Sent, 0, 20)] {
+            decide(&snapshot, 5_000, limit, |_, _| panic!("compared"));
+        }
+    }
+
+    #[test]
+    fn send_requests_report_every_bad_field() {
+        let mut input = OtpSendIn::new(Channel::Whatsapp, "x");
+        input.length = Some(5);
+        input.ttl_seconds = Some(10);
+        input.code = Some("no".into());
+        let fields: Vec<String> = check_send(&input).unwrap_err().into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["channel", "length", "ttl_seconds", "code"]);
+        let mut ok = OtpSendIn::new(Channel::Sms, " +14155550100 ");
+        ok.length = Some(4);
+        assert_eq!(
+            check_send(&ok),
+            Ok(CheckedSend { recipient: "+14155550100".into(), length: 4, ttl: DEFAULT_TTL })
+        );
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! strict undefined variables (a missing one is a 422 naming it), and HTML escaping of values
 //! in `html_body` (rendered under a `.html` name, which turns auto-escaping on).
 //!
-//! The rule for values in the request: a template part (subject, body, html_body) that the
-//! template defines cannot also be given in the request (422, never a silent override); a part
-//! the template leaves out may be given in the request and is used as it is, not rendered.
+//! The rule for values in the request: a part (subject, body, html_body) the template defines
+//! comes from the template, whatever the request says (the spec makes `body` required, so a
+//! client that follows it sends one next to `template_id`); a part the template leaves out may
+//! be given in the request and is used as it is, not rendered.
 
 use std::collections::BTreeSet;
 
@@ -77,16 +78,12 @@ pub fn render(
         ("body", template.body.as_deref(), request.body),
         ("html_body", template.html_body.as_deref(), request.html_body),
     ];
-    let mut conflicts = Vec::new();
     let mut missing = BTreeSet::new();
     let mut compiled = Vec::new();
     for (field, source, given) in parts {
         match (source, given) {
-            (Some(_), Some(_)) => conflicts.push(FieldError::new(
-                field,
-                "is defined by the template; leave it out of the request or out of the template",
-            )),
-            (Some(source), None) => {
+            // The template's part wins; the request's is only the fallback.
+            (Some(source), _) => {
                 let tmpl = env.template_from_named_str(part_name(field), source).map_err(|e| {
                     ApiError::field(
                         "template_id",
@@ -100,9 +97,6 @@ pub fn render(
             }
             (None, given) => compiled.push((field, None, given)),
         }
-    }
-    if !conflicts.is_empty() {
-        return Err(ApiError::validation(conflicts));
     }
     if !missing.is_empty() {
         let names = missing.into_iter().collect::<Vec<_>>().join(", ");
@@ -139,8 +133,8 @@ mod tests {
 
     fn template(subject: Option<&str>, body: Option<&str>, html: Option<&str>) -> TemplateRecord {
         TemplateRecord {
-            id: "tpl_x".into(),
-            tenant_id: "tnt_x".into(),
+            id: herald_common::ids::TemplateId::new(),
+            tenant_id: herald_common::ids::TenantId::new(),
             name: "t".into(),
             subject: subject.map(Into::into),
             body: body.map(Into::into),
@@ -174,17 +168,20 @@ mod tests {
     }
 
     #[test]
-    fn request_parts_never_silently_override() {
-        let t = template(Some("S"), Some("B"), None);
-        let request = Rendered { subject: Some("mine".into()), ..Default::default() };
-        let err = render(&t, &Map::new(), request).unwrap_err();
-        assert_eq!(err.problem().errors[0].field, "subject");
-        let request = Rendered { html_body: Some("<p>mine</p>".into()), ..Default::default() };
-        let out = render(&t, &Map::new(), request).unwrap();
+    fn the_template_wins_and_the_request_is_the_fallback() {
+        let t = template(Some("S {{ n }}"), Some("B {{ n }}"), None);
+        let request = Rendered {
+            subject: Some("mine".into()),
+            body: Some("my body".into()),
+            html_body: Some("<p>{{ n }}</p>".into()),
+        };
+        let out = render(&t, &data(json!({"n": 1})), request).unwrap();
+        assert_eq!(out.subject.as_deref(), Some("S 1"), "the template's subject wins");
+        assert_eq!(out.body.as_deref(), Some("B 1"), "the template's body wins");
         assert_eq!(
             out.html_body.as_deref(),
-            Some("<p>mine</p>"),
-            "a part the template lacks comes from the request"
+            Some("<p>{{ n }}</p>"),
+            "a part the template lacks comes from the request, not rendered"
         );
     }
 

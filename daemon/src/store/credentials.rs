@@ -51,7 +51,7 @@ impl KeyCache {
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct TenantRecord {
-    pub id: String,
+    pub id: TenantId,
     pub name: String,
     pub created_at: i64,
 }
@@ -60,8 +60,8 @@ super::local::local_row!(TenantRecord { id, name, created_at });
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ApplicationRecord {
-    pub id: String,
-    pub tenant_id: String,
+    pub id: ApplicationId,
+    pub tenant_id: TenantId,
     pub name: String,
     /// Bumped to rotate the application's signing secret (derived, never stored).
     pub signing_generation: i64,
@@ -73,9 +73,9 @@ super::local::local_row!(ApplicationRecord { id, tenant_id, name, signing_genera
 /// An API key as authentication sees it, joined with its application.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ApiKeyRecord {
-    pub id: String,
-    pub application_id: String,
-    pub tenant_id: String,
+    pub id: KeyId,
+    pub application_id: ApplicationId,
+    pub tenant_id: TenantId,
     pub scopes: String,
     pub revoked_at: Option<i64>,
 }
@@ -90,7 +90,7 @@ impl ApiKeyRecord {
 
 impl Store {
     pub async fn create_tenant(&self, name: String) -> StoreResult<TenantRecord> {
-        let record = TenantRecord { id: TenantId::new().to_string(), name, created_at: now_millis() };
+        let record = TenantRecord { id: TenantId::new(), name, created_at: now_millis() };
         let row = record.clone();
         self.write(move |conn| {
             Box::pin(async move {
@@ -115,7 +115,7 @@ impl Store {
             fetch_optional,
             TenantRecord,
             "SELECT id, name, created_at FROM tenants WHERE id = $1",
-            id.as_str()
+            id
         )?)
     }
 
@@ -126,8 +126,8 @@ impl Store {
         name: String,
     ) -> StoreResult<Option<ApplicationRecord>> {
         let record = ApplicationRecord {
-            id: ApplicationId::new().to_string(),
-            tenant_id: tenant_id.to_string(),
+            id: ApplicationId::new(),
+            tenant_id: tenant_id.clone(),
             name,
             signing_generation: 1,
             created_at: now_millis(),
@@ -159,7 +159,7 @@ impl Store {
             fetch_optional,
             ApplicationRecord,
             "SELECT id, tenant_id, name, signing_generation, created_at FROM applications WHERE id = $1",
-            id.as_str()
+            id
         )?)
     }
 
@@ -171,13 +171,13 @@ impl Store {
             ApplicationRecord,
             "SELECT id, tenant_id, name, signing_generation, created_at FROM applications
              WHERE tenant_id = $1 ORDER BY id",
-            tenant_id.as_str()
+            tenant_id
         )?)
     }
 
     /// Gives the application a new signing secret (the secret is derived from the generation).
     pub async fn rotate_signing_secret(&self, id: &ApplicationId) -> StoreResult<Option<ApplicationRecord>> {
-        let id = id.to_string();
+        let id = id.clone();
         self.write(move |conn| {
             Box::pin(async move {
                 Ok(fetch!(
@@ -201,7 +201,7 @@ impl Store {
         scopes: &[Scope],
     ) -> StoreResult<Option<KeyId>> {
         let id = KeyId::new();
-        let (key, app, scopes) = (id.to_string(), application_id.to_string(), Scope::join(scopes));
+        let (key, app, scopes) = (id.clone(), application_id.clone(), Scope::join(scopes));
         let inserted = self
             .write(move |conn| {
                 Box::pin(async move {
@@ -229,7 +229,7 @@ impl Store {
     }
 
     async fn revoke_api_key_uncached(&self, id: &KeyId) -> StoreResult<bool> {
-        let id = id.to_string();
+        let id = id.clone();
         let updated = self
             .write(move |conn| {
                 Box::pin(async move {

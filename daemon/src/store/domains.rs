@@ -2,12 +2,17 @@
 //! the background checks' queue (`next_check_at`, claimed with a lease like deliveries so that
 //! several daemons never check one domain at the same time).
 
+use herald_common::{
+    api::domains::DomainStatus,
+    ids::{DomainId, TenantId},
+};
+
 use super::{Engine, Store, StoreResult, execute, fetch};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct DomainRecord {
-    pub id: String,
-    pub tenant_id: String,
+    pub id: DomainId,
+    pub tenant_id: TenantId,
     pub name: String,
     pub dkim_selector: String,
     pub challenge_token: String,
@@ -15,7 +20,7 @@ pub struct DomainRecord {
     pub dkim_record: String,
     /// The encrypted private key (see `service::domains`).
     pub dkim_private_key: String,
-    pub status: String,
+    pub status: DomainStatus,
     /// JSON: what the last check found of each record.
     pub checks: Option<String>,
     pub created_at: i64,
@@ -43,7 +48,7 @@ super::local::local_row!(DomainRecord {
 /// The outcome of one check, to record.
 #[derive(Clone, Debug)]
 pub struct DomainCheck {
-    pub status: String,
+    pub status: DomainStatus,
     pub checks: String,
     pub checked_at: i64,
     pub verified_at: Option<i64>,
@@ -105,7 +110,7 @@ impl Store {
     }
 
     /// The domain `id` of `tenant_id` (another tenant's is `None`).
-    pub async fn get_domain(&self, tenant_id: &str, id: &str) -> StoreResult<Option<DomainRecord>> {
+    pub async fn get_domain(&self, tenant_id: &TenantId, id: &DomainId) -> StoreResult<Option<DomainRecord>> {
         let mut read = self.read().await?;
         let sql = concat!("SELECT ", domain_columns!(), " FROM domains WHERE id = $1 AND tenant_id = $2");
         Ok(fetch!(&mut read.conn(), fetch_optional, DomainRecord, sql, id, tenant_id)?)
@@ -114,7 +119,7 @@ impl Store {
     /// The tenant's domain called `name` (lower case), verified or not.
     pub async fn find_domain_by_name(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         name: &str,
     ) -> StoreResult<Option<DomainRecord>> {
         let mut read = self.read().await?;
@@ -122,7 +127,7 @@ impl Store {
         Ok(fetch!(&mut read.conn(), fetch_optional, DomainRecord, sql, tenant_id, name)?)
     }
 
-    pub async fn list_domains(&self, tenant_id: &str) -> StoreResult<Vec<DomainRecord>> {
+    pub async fn list_domains(&self, tenant_id: &TenantId) -> StoreResult<Vec<DomainRecord>> {
         let mut read = self.read().await?;
         let sql = concat!(
             "SELECT ",
@@ -132,8 +137,8 @@ impl Store {
         Ok(fetch!(&mut read.conn(), fetch_all, DomainRecord, sql, tenant_id)?)
     }
 
-    pub async fn delete_domain(&self, tenant_id: &str, id: &str) -> StoreResult<bool> {
-        let (tenant_id, id) = (tenant_id.to_owned(), id.to_owned());
+    pub async fn delete_domain(&self, tenant_id: &TenantId, id: &DomainId) -> StoreResult<bool> {
+        let (tenant_id, id) = (tenant_id.clone(), id.clone());
         let deleted = self
             .write(move |conn| {
                 Box::pin(async move {
@@ -152,10 +157,10 @@ impl Store {
     /// Records a check of domain `id`; the updated domain, or `None` if it was deleted meanwhile.
     pub async fn record_domain_check(
         &self,
-        id: &str,
+        id: &DomainId,
         check: DomainCheck,
     ) -> StoreResult<Option<DomainRecord>> {
-        let id = id.to_owned();
+        let id = id.clone();
         self.write(move |conn| {
             Box::pin(async move {
                 let sql = concat!(

@@ -5,7 +5,16 @@
 //! not stored yet. An in-flight key older than [`ABANDONED_AFTER_MS`] (its daemon died) may be
 //! taken over.
 
+use herald_common::ids::ApplicationId;
+
 use super::{Conn, DispatchResult, Store, StoreResult, execute, fetch};
+
+/// A request's `Idempotency-Key` and the fingerprint of its body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    pub key: String,
+    pub request_hash: String,
+}
 
 /// An in-flight key this old belongs to a request that will never finish (longer than the
 /// slowest provider call: connect, TLS and send each time out after 30 s).
@@ -40,9 +49,8 @@ impl Store {
     /// `Created` if the key is unused (or expired, or abandoned).
     pub async fn check_idempotency_key(
         &self,
-        application_id: &str,
-        key: &str,
-        request_hash: &str,
+        application_id: &ApplicationId,
+        idempotency: &IdempotencyKey,
         now: i64,
     ) -> StoreResult<DispatchResult> {
         let mut read = self.read().await?;
@@ -53,10 +61,10 @@ impl Store {
             "SELECT request_hash, status_code, response_body, created_at, expires_at FROM idempotency_keys
              WHERE application_id = $1 AND idempotency_key = $2",
             application_id,
-            key
+            &idempotency.key
         )?;
         Ok(match existing {
-            Some(row) if usable(&row, now) => decide(row, request_hash),
+            Some(row) if usable(&row, now) => decide(row, &idempotency.request_hash),
             _ => DispatchResult::Created,
         })
     }
@@ -64,12 +72,12 @@ impl Store {
     /// Stores the response of a request whose key was claimed in flight.
     pub async fn complete_idempotency_key(
         &self,
-        application_id: &str,
+        application_id: &ApplicationId,
         key: &str,
         status_code: u16,
         body: String,
     ) -> StoreResult<()> {
-        let (app, key) = (application_id.to_owned(), key.to_owned());
+        let (app, key) = (application_id.clone(), key.to_owned());
         self.write(move |conn| {
             Box::pin(async move {
                 execute!(
@@ -98,13 +106,13 @@ fn usable(row: &IdempotencyRow, now: i64) -> bool {
 /// earlier request's key means for this one.
 pub(super) async fn claim(
     conn: &mut Conn<'_>,
-    application_id: &str,
-    key: &str,
-    request_hash: &str,
+    application_id: &ApplicationId,
+    idempotency: &IdempotencyKey,
     response: Option<(u16, &str)>,
     now: i64,
     ttl_ms: i64,
 ) -> StoreResult<DispatchResult> {
+    let IdempotencyKey { key, request_hash } = idempotency;
     let status = response.map(|(code, _)| i64::from(code));
     let body = response.map(|(_, body)| body);
     // One statement claims a new key or takes over one that expired or was abandoned in flight

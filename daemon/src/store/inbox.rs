@@ -1,17 +1,19 @@
 //! Users' inboxes. Items are numbered per user (`seq`, from the user's sequence row, allocated
 //! inside the inserting transaction), which is also the stream's event id.
 
-use super::{Engine, Store, StoreResult, execute, fetch, scalar};
+use herald_common::ids::{ApplicationId, InAppId, UserId};
+
+use super::{Engine, InboxChange, JsonObject, Store, StoreResult, execute, fetch, scalar};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct InboxRecord {
-    pub id: String,
-    pub application_id: String,
-    pub user_id: String,
+    pub id: InAppId,
+    pub application_id: ApplicationId,
+    pub user_id: UserId,
     pub seq: i64,
     pub title: String,
     pub body: String,
-    pub data: Option<String>,
+    pub data: Option<JsonObject>,
     pub is_read: bool,
     pub archived: bool,
     pub created_at: i64,
@@ -31,6 +33,13 @@ super::local::local_row!(InboxRecord {
     created_at,
     updated_at
 });
+
+/// What to change of an item (`None`: leave as it is).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InboxItemChange {
+    pub is_read: Option<bool>,
+    pub archived: Option<bool>,
+}
 
 /// Which items a page shows.
 #[derive(Clone, Debug)]
@@ -53,7 +62,12 @@ macro_rules! inbox_columns {
 pub const INBOX_CHANNEL: &str = "herald_inbox";
 
 impl Store {
-    pub async fn inbox_page(&self, app: &str, user: &str, page: &InboxPage) -> StoreResult<Vec<InboxRecord>> {
+    pub async fn inbox_page(
+        &self,
+        app: &ApplicationId,
+        user: &UserId,
+        page: &InboxPage,
+    ) -> StoreResult<Vec<InboxRecord>> {
         let mut read = self.read().await?;
         Ok(fetch!(
             &mut read.conn(),
@@ -72,9 +86,9 @@ impl Store {
         )?)
     }
 
-    pub async fn unread_count(&self, app: &str, user: &str) -> StoreResult<i64> {
+    pub async fn unread_count(&self, app: &ApplicationId, user: &UserId) -> StoreResult<u64> {
         let mut read = self.read().await?;
-        Ok(scalar!(
+        let count = scalar!(
             &mut read.conn(),
             fetch_one,
             i64,
@@ -82,14 +96,15 @@ impl Store {
              WHERE application_id = $1 AND user_id = $2 AND NOT archived AND NOT is_read",
             app,
             user
-        )?)
+        )?;
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     /// Items after `after_seq`, oldest first (stream replay and catch-up).
     pub async fn inbox_after(
         &self,
-        app: &str,
-        user: &str,
+        app: &ApplicationId,
+        user: &UserId,
         after_seq: i64,
         limit: i64,
     ) -> StoreResult<Vec<InboxRecord>> {
@@ -112,7 +127,7 @@ impl Store {
     }
 
     /// The user's latest sequence number (0 before the first item).
-    pub async fn inbox_last_seq(&self, app: &str, user: &str) -> StoreResult<i64> {
+    pub async fn inbox_last_seq(&self, app: &ApplicationId, user: &UserId) -> StoreResult<i64> {
         let mut read = self.read().await?;
         Ok(scalar!(
             &mut read.conn(),
@@ -125,7 +140,7 @@ impl Store {
         .unwrap_or(0))
     }
 
-    pub async fn inbox_item(&self, app: &str, id: &str) -> StoreResult<Option<InboxRecord>> {
+    pub async fn inbox_item(&self, app: &ApplicationId, id: &InAppId) -> StoreResult<Option<InboxRecord>> {
         let mut read = self.read().await?;
         Ok(fetch!(
             &mut read.conn(),
@@ -142,85 +157,109 @@ impl Store {
         )?)
     }
 
-    /// Changes an item of `user`; `None` if the user has no such item. On PostgreSQL other
-    /// daemons hear of it (NOTIFY, delivered at commit).
+    /// Changes an item of `user`; `None` if the user has no such item. The user's open streams,
+    /// on every daemon, hear of it once it has committed.
     pub async fn update_inbox_item(
         &self,
-        app: &str,
-        user: &str,
-        id: &str,
-        is_read: Option<bool>,
-        archived: Option<bool>,
+        app: &ApplicationId,
+        user: &UserId,
+        id: &InAppId,
+        change: InboxItemChange,
         now: i64,
     ) -> StoreResult<Option<InboxRecord>> {
-        let (app, user, id) = (app.to_owned(), user.to_owned(), id.to_owned());
-        self.write(move |conn| {
-            Box::pin(async move {
-                let updated = fetch!(
-                    conn,
-                    fetch_optional,
-                    InboxRecord,
-                    concat!("UPDATE inbox_items SET is_read = COALESCE($4, is_read), archived = COALESCE($5, archived),
-                         updated_at = $6
-                     WHERE application_id = $1 AND user_id = $2 AND id = $3
-                     RETURNING ", inbox_columns!()),
-                    &app,
-                    &user,
-                    &id,
-                    is_read,
-                    archived,
-                    now
-                )?;
-                if let Some(item) = &updated {
-                    notify(conn, &app, &user, &item.id).await?;
-                }
-                Ok(updated)
+        let (app_id, user_id, id) = (app.clone(), user.clone(), id.clone());
+        let updated = self
+            .write(move |conn| {
+                Box::pin(async move {
+                    let updated = fetch!(
+                        conn,
+                        fetch_optional,
+                        InboxRecord,
+                        concat!("UPDATE inbox_items SET is_read = COALESCE($4, is_read), archived = COALESCE($5, archived),
+                             updated_at = $6
+                         WHERE application_id = $1 AND user_id = $2 AND id = $3
+                         RETURNING ", inbox_columns!()),
+                        &app_id,
+                        &user_id,
+                        &id,
+                        change.is_read,
+                        change.archived,
+                        now
+                    )?;
+                    if let Some(item) = &updated {
+                        notify(conn, &app_id, &user_id, &item.id).await?;
+                    }
+                    Ok(updated)
+                })
             })
-        })
-        .await
+            .await?;
+        if let Some(item) = &updated {
+            self.announce(InboxChange::Updated { app, user, item: &item.id });
+        }
+        Ok(updated)
     }
 
-    /// Marks every unread, unarchived item of `user` read; returns the items changed.
-    pub async fn mark_all_read(&self, app: &str, user: &str, now: i64) -> StoreResult<Vec<InboxRecord>> {
-        let (app, user) = (app.to_owned(), user.to_owned());
-        self.write(move |conn| {
-            Box::pin(async move {
-                let updated = fetch!(
-                    conn,
-                    fetch_all,
-                    InboxRecord,
-                    concat!(
-                        "UPDATE inbox_items SET is_read = TRUE, updated_at = $3
-                     WHERE application_id = $1 AND user_id = $2 AND NOT is_read AND NOT archived
-                     RETURNING ",
-                        inbox_columns!()
-                    ),
-                    &app,
-                    &user,
-                    now
-                )?;
-                for item in &updated {
-                    notify(conn, &app, &user, &item.id).await?;
-                }
-                Ok(updated)
+    /// Marks every unread, unarchived item of `user` read; returns the items changed. The
+    /// user's open streams hear of each once it has committed.
+    pub async fn mark_all_read(
+        &self,
+        app: &ApplicationId,
+        user: &UserId,
+        now: i64,
+    ) -> StoreResult<Vec<InboxRecord>> {
+        let (app_id, user_id) = (app.clone(), user.clone());
+        let updated = self
+            .write(move |conn| {
+                Box::pin(async move {
+                    let updated = fetch!(
+                        conn,
+                        fetch_all,
+                        InboxRecord,
+                        concat!(
+                            "UPDATE inbox_items SET is_read = TRUE, updated_at = $3
+                         WHERE application_id = $1 AND user_id = $2 AND NOT is_read AND NOT archived
+                         RETURNING ",
+                            inbox_columns!()
+                        ),
+                        &app_id,
+                        &user_id,
+                        now
+                    )?;
+                    for item in &updated {
+                        notify(conn, &app_id, &user_id, &item.id).await?;
+                    }
+                    Ok(updated)
+                })
             })
-        })
-        .await
+            .await?;
+        for item in &updated {
+            self.announce(InboxChange::Updated { app, user, item: &item.id });
+        }
+        Ok(updated)
     }
 }
 
 /// On PostgreSQL, tells every daemon (LISTEN `herald_inbox`) that an item of `user`'s inbox
 /// changed. NOTIFY is transactional: it is sent at commit, or never. (A new item's NOTIFY is sent
 /// by the statement that inserts it, `INBOX_POSTGRES` in store/notifications.rs.)
-pub(super) async fn notify(conn: &mut super::Conn<'_>, app: &str, user: &str, item: &str) -> StoreResult<()> {
+async fn notify(
+    conn: &mut super::Conn<'_>,
+    app: &ApplicationId,
+    user: &UserId,
+    item: &InAppId,
+) -> StoreResult<()> {
     if conn.engine() == Engine::Postgres {
-        execute!(conn, "SELECT pg_notify('herald_inbox', $1)", notify_payload(app, user, Some(item)))?;
+        execute!(
+            conn,
+            "SELECT pg_notify('herald_inbox', $1)",
+            notify_payload(app, user.as_str(), Some(item))
+        )?;
     }
     Ok(())
 }
 
 /// The `herald_inbox` NOTIFY payload: application, user and, for a changed item, its id (none
 /// for a new item).
-pub(super) fn notify_payload(app: &str, user: &str, item: Option<&str>) -> String {
+pub(super) fn notify_payload(app: &ApplicationId, user: &str, item: Option<&InAppId>) -> String {
     serde_json::json!({"a": app, "u": user, "i": item}).to_string()
 }

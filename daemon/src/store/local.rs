@@ -58,7 +58,7 @@ fn prepare<'c>(conn: &'c Connection, sql: &str, params: &[&dyn ToSql]) -> StoreR
 
 fn bind(statement: &mut Statement<'_>, params: &[&dyn ToSql]) -> StoreResult<()> {
     if params.len() > NAMES.len() {
-        return Err(StoreError::Open(format!("a statement takes at most {} parameters", NAMES.len())));
+        return Err(StoreError::Statement(format!("a statement takes at most {} parameters", NAMES.len())));
     }
     for (name, value) in NAMES.iter().zip(params) {
         if let Some(index) = statement.parameter_index(name)? {

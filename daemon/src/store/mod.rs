@@ -7,12 +7,20 @@
 //! one transaction (group commit, each caller's work isolated by a savepoint), answering each caller
 //! only after the commit. SQLite has one such writer (it has one write lock anyway); PostgreSQL
 //! has several. Reads use a separate pool.
+//!
+//! Rows are typed: ids and enums are parsed when a row is read (a corrupt value fails the read
+//! with [`StoreError::Corrupt`]), so nothing above the store compares status strings.
+//!
+//! What differs between the engines stays here. In particular, changes to inboxes are announced
+//! to the daemon's [`Hub`] by the store: on SQLite after the commit, on PostgreSQL by a NOTIFY
+//! inside the transaction that [`Store::listen_for_changes`] hears on every daemon.
 
 mod activity;
 mod credentials;
 mod domains;
 mod idempotency;
 mod inbox;
+mod listen;
 pub(crate) mod local;
 mod notifications;
 mod otp;
@@ -23,6 +31,7 @@ mod writer;
 use std::{str::FromStr, sync::Arc, time::Duration};
 
 use futures_util::future::BoxFuture;
+use herald_common::ids::{ApplicationId, InAppId, UserId};
 use sqlx::{
     PgConnection, SqliteConnection,
     pool::PoolConnection,
@@ -33,28 +42,70 @@ use sqlx::{
 pub use activity::{ActivityFilter, ActivityRow, RetryResult};
 pub use credentials::{ApiKeyRecord, ApplicationRecord, TenantRecord};
 pub use domains::{DomainCheck, DomainRecord};
-pub use inbox::{INBOX_CHANNEL, InboxPage, InboxRecord};
+pub use idempotency::IdempotencyKey;
+pub use inbox::{InboxItemChange, InboxPage, InboxRecord};
 pub use notifications::{
-    AttemptRecord, AttemptResult, ClaimedDelivery, DispatchResult, IdempotentResponse, NewNotification,
-    NotificationRecord,
+    AttemptRecord, AttemptResult, AttemptSpan, ClaimedDelivery, DispatchResult, IdempotentResponse,
+    NewNotification, NotificationRecord,
 };
-pub use otp::{Limit, NewOtp, OTP_MAX_TTL_SECONDS, OtpMessages, OtpSendStart, VerifyOutcome};
+pub use otp::{Limit, NewOtp, OTP_MAX_TTL_SECONDS, OtpMessages, OtpSendStart, OtpSnapshot, OtpVerdict};
+pub use streams::OpenStream;
 pub use templates::TemplateRecord;
 
-use crate::config::{Config, DatabaseUrl};
+use crate::{
+    config::{Config, DatabaseUrl},
+    hub::Hub,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error("database error: {0}")]
-    Local(#[from] rusqlite::Error),
+    Local(rusqlite::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("the database writer has stopped")]
     WriterGone,
     #[error("cannot open the database: {0}")]
     Open(String),
+    /// No connection to the database could be had (the pool timed out or the server refused).
+    #[error("the database is not available: {0}")]
+    Unavailable(String),
+    /// The transaction this write was batched into failed to begin or commit (the write itself
+    /// was fine, but did not happen).
+    #[error("the write's transaction failed: {0}")]
+    Batch(String),
+    /// A stored value is not one the schema allows: a corrupt row.
+    #[error("a stored row is corrupt: {0}")]
+    Corrupt(String),
+    /// A statement the store itself builds is malformed (a bug, not bad input).
+    #[error("invalid statement: {0}")]
+    Statement(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        match error {
+            sqlx::Error::ColumnDecode { index, source } => {
+                StoreError::Corrupt(format!("column {index}: {source}"))
+            }
+            sqlx::Error::Decode(source) => StoreError::Corrupt(source.to_string()),
+            sqlx::Error::PoolTimedOut => StoreError::Unavailable("the connection pool timed out".to_owned()),
+            other => StoreError::Database(other),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        match error {
+            rusqlite::Error::FromSqlConversionFailure(index, _, source) => {
+                StoreError::Corrupt(format!("column {index}: {source}"))
+            }
+            other => StoreError::Local(other),
+        }
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -194,13 +245,54 @@ enum Readers {
     Postgres(sqlx::PgPool),
 }
 
-/// The database: a read pool and a handle to the writer.
+/// The database: a read pool, a handle to the writer, and the hub its inbox changes are
+/// announced to.
 #[derive(Clone)]
 pub struct Store {
     readers: Readers,
     writer: writer::WriterHandle,
     keys: Arc<credentials::KeyCache>,
     otp_messages: Arc<otp::MessageCache>,
+    hub: Arc<Hub>,
+}
+
+/// A JSON object stored as text (an in-app notification's `data`), parsed when the row is read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JsonObject(pub serde_json::Map<String, serde_json::Value>);
+
+impl std::str::FromStr for JsonObject {
+    type Err = serde_json::Error;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        serde_json::from_str(text).map(JsonObject)
+    }
+}
+
+impl<DB: sqlx::Database> sqlx::Type<DB> for JsonObject
+where
+    str: sqlx::Type<DB>,
+{
+    fn type_info() -> DB::TypeInfo {
+        <str as sqlx::Type<DB>>::type_info()
+    }
+
+    fn compatible(ty: &DB::TypeInfo) -> bool {
+        <str as sqlx::Type<DB>>::compatible(ty)
+    }
+}
+
+impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for JsonObject
+where
+    &'r str: sqlx::Decode<'r, DB>,
+{
+    fn decode(value: DB::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        Ok(<&'r str as sqlx::Decode<'r, DB>>::decode(value)?.parse()?)
+    }
+}
+
+impl rusqlite::types::FromSql for JsonObject {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        value.as_str()?.parse().map_err(|e| rusqlite::types::FromSqlError::Other(Box::new(e)))
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -263,6 +355,7 @@ impl Store {
             writer,
             keys: Arc::default(),
             otp_messages: Arc::default(),
+            hub: Arc::default(),
         })
     }
 
@@ -281,6 +374,7 @@ impl Store {
             writer,
             keys: Arc::default(),
             otp_messages: Arc::default(),
+            hub: Arc::default(),
         })
     }
 
@@ -291,11 +385,21 @@ impl Store {
         }
     }
 
-    /// The PostgreSQL pool (for LISTEN), when that is the engine.
-    pub fn postgres_pool(&self) -> Option<sqlx::PgPool> {
-        match &self.readers {
-            Readers::Postgres(pool) => Some(pool.clone()),
-            Readers::Sqlite(_) => None,
+    /// The in-process registry of open inbox streams that this store announces changes to.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// Announces an inbox change that has committed. On SQLite (one process owns the database)
+    /// the hub hears it now; on PostgreSQL the writing transaction's NOTIFY reaches every
+    /// daemon's [`Store::listen_for_changes`], this one's included, so nothing is done here.
+    fn announce(&self, change: InboxChange<'_>) {
+        if self.engine() == Engine::Postgres {
+            return;
+        }
+        match change {
+            InboxChange::Created { app, user } => self.hub.wake_created(app, user),
+            InboxChange::Updated { app, user, item } => self.hub.push_update(app, user, item),
         }
     }
 
@@ -333,6 +437,13 @@ impl Store {
             Readers::Postgres(pool) => pool.close().await,
         }
     }
+}
+
+/// A committed change to a user's inbox that open streams must hear of.
+#[derive(Clone, Copy, Debug)]
+enum InboxChange<'a> {
+    Created { app: &'a ApplicationId, user: &'a UserId },
+    Updated { app: &'a ApplicationId, user: &'a UserId, item: &'a InAppId },
 }
 
 /// Milliseconds since the Unix epoch: how the store keeps every time it compares or sorts.

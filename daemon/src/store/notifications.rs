@@ -6,16 +6,19 @@
 //! notification's attempt number) must still match when the outcome is recorded, so a worker
 //! whose lease expired and was reclaimed cannot overwrite the newer attempt's result.
 
-use herald_common::api::notifications::{Channel, DeliveryStatus};
+use herald_common::{
+    api::notifications::{AttemptOutcome, Channel, DeliveryStatus},
+    ids::{ApplicationId, InAppId, NotificationId, TemplateId, TenantId, UserId},
+};
 
-use super::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
+use super::{Conn, Engine, InboxChange, Store, StoreError, StoreResult, execute, fetch, scalar};
 
 /// A notification to insert.
 #[derive(Clone, Debug)]
 pub struct NewNotification {
-    pub id: String,
-    pub tenant_id: String,
-    pub application_id: String,
+    pub id: NotificationId,
+    pub tenant_id: TenantId,
+    pub application_id: ApplicationId,
     pub channel: Channel,
     pub recipient: String,
     pub recipient_masked: String,
@@ -26,7 +29,7 @@ pub struct NewNotification {
     pub html_body: Option<String>,
     /// JSON text.
     pub data: Option<String>,
-    pub template_id: Option<String>,
+    pub template_id: Option<TemplateId>,
     pub created_at: i64,
 }
 
@@ -34,8 +37,7 @@ pub struct NewNotification {
 /// same key replay.
 #[derive(Clone, Debug)]
 pub struct IdempotentResponse {
-    pub key: String,
-    pub request_hash: String,
+    pub key: super::IdempotencyKey,
     pub status_code: u16,
     pub body: String,
     pub ttl_ms: i64,
@@ -58,10 +60,10 @@ pub enum DispatchResult {
 /// A claimed delivery, with what the provider needs.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ClaimedDelivery {
-    pub id: String,
-    pub tenant_id: String,
-    pub application_id: String,
-    pub channel: String,
+    pub id: NotificationId,
+    pub tenant_id: TenantId,
+    pub application_id: ApplicationId,
+    pub channel: Channel,
     pub recipient: String,
     pub recipient_masked: String,
     pub sender: Option<String>,
@@ -71,28 +73,30 @@ pub struct ClaimedDelivery {
     /// The notification's attempt number: also the lease token.
     pub attempt_count: i64,
     /// Attempts in the current cycle (since acceptance or the last manual retry).
-    #[sqlx(default)]
     pub cycle_attempt: i64,
 }
 
-impl super::local::FromLocalRow for ClaimedDelivery {
-    fn from_local_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            id: row.get("id")?,
-            tenant_id: row.get("tenant_id")?,
-            application_id: row.get("application_id")?,
-            channel: row.get("channel")?,
-            recipient: row.get("recipient")?,
-            recipient_masked: row.get("recipient_masked")?,
-            sender: row.get("sender")?,
-            subject: row.get("subject")?,
-            body: row.get("body")?,
-            html_body: row.get("html_body")?,
-            attempt_count: row.get("attempt_count")?,
-            // As `#[sqlx(default)]`: the claim's RETURNING does not select it.
-            cycle_attempt: row.get("cycle_attempt").unwrap_or_default(),
-        })
-    }
+super::local::local_row!(ClaimedDelivery {
+    id,
+    tenant_id,
+    application_id,
+    channel,
+    recipient,
+    recipient_masked,
+    sender,
+    subject,
+    body,
+    html_body,
+    attempt_count,
+    cycle_attempt
+});
+
+/// When one attempt ran, as the worker saw it: `finished_at` is when the provider answered (a
+/// retry is scheduled from that instant), not when the writer got round to recording it.
+#[derive(Clone, Copy, Debug)]
+pub struct AttemptSpan {
+    pub started_at: i64,
+    pub finished_at: i64,
 }
 
 /// What happened to one attempt.
@@ -116,12 +120,12 @@ pub enum AttemptResult {
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct NotificationRecord {
-    pub id: String,
-    pub tenant_id: String,
-    pub application_id: String,
-    pub channel: String,
+    pub id: NotificationId,
+    pub tenant_id: TenantId,
+    pub application_id: ApplicationId,
+    pub channel: Channel,
     pub recipient_masked: String,
-    pub status: String,
+    pub status: DeliveryStatus,
     pub failure_reason: Option<String>,
     pub retryable: bool,
     pub retry_count: i64,
@@ -148,7 +152,7 @@ pub struct AttemptRecord {
     pub attempt: i64,
     pub started_at: i64,
     pub finished_at: i64,
-    pub outcome: String,
+    pub outcome: AttemptOutcome,
     pub provider_message_id: Option<String>,
     pub error: Option<String>,
 }
@@ -162,6 +166,9 @@ super::local::local_row!(AttemptRecord {
     error
 });
 
+/// SQLite: lease due jobs (the single writer serialises claims), then mark their notifications
+/// `sending` and take the next attempt number as each lease's token. The writer runs these
+/// statements in place, so the round trips cost nothing.
 const CLAIM_SQLITE: &str =
     "UPDATE deliveries SET state = 'leased', locked_until = $1, cycle_attempt = cycle_attempt + 1
      WHERE notification_id IN (
@@ -169,12 +176,33 @@ const CLAIM_SQLITE: &str =
          ORDER BY next_attempt_at LIMIT $3)
      RETURNING notification_id, cycle_attempt";
 
-const CLAIM_POSTGRES: &str =
-    "UPDATE deliveries SET state = 'leased', locked_until = $1, cycle_attempt = cycle_attempt + 1
-     WHERE notification_id IN (
+const CLAIM_SQLITE_JOB: &str =
+    "UPDATE notifications SET status = 'sending', attempt_count = attempt_count + 1, updated_at = $2
+     WHERE id = $1
+     RETURNING id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, body,
+               html_body, attempt_count, $3 AS cycle_attempt;
+     UPDATE deliveries SET lease_token = (SELECT attempt_count FROM notifications WHERE id = $1)
+     WHERE notification_id = $1";
+
+/// PostgreSQL: the whole claim in one statement. Due jobs are locked with `SKIP LOCKED` (so
+/// daemons sharing the database never claim one job twice), their notifications marked
+/// `sending` with the next attempt number, and the leases taken with that number as token.
+const CLAIM_POSTGRES: &str = "WITH due AS (
          SELECT notification_id FROM deliveries WHERE state = 'pending' AND next_attempt_at <= $2
-         ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-     RETURNING notification_id, cycle_attempt";
+         ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED),
+     n AS (
+         UPDATE notifications SET status = 'sending', attempt_count = attempt_count + 1, updated_at = $2
+         WHERE id IN (SELECT notification_id FROM due)
+         RETURNING id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, body,
+                   html_body, attempt_count),
+     d AS (
+         UPDATE deliveries SET state = 'leased', locked_until = $1, cycle_attempt = cycle_attempt + 1,
+                lease_token = n.attempt_count
+         FROM n WHERE deliveries.notification_id = n.id
+         RETURNING deliveries.notification_id, deliveries.cycle_attempt)
+     SELECT n.id, n.tenant_id, n.application_id, n.channel, n.recipient, n.recipient_masked, n.sender,
+            n.subject, n.body, n.html_body, n.attempt_count, d.cycle_attempt
+     FROM n JOIN d ON d.notification_id = n.id";
 
 impl Store {
     /// Inserts a notification with its delivery job (or, for in_app, its inbox item) and the
@@ -185,28 +213,39 @@ impl Store {
         notification: NewNotification,
         idempotency: Option<IdempotentResponse>,
     ) -> StoreResult<DispatchResult> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                if let Some(idem) = &idempotency {
-                    let result = super::idempotency::claim(
-                        conn,
-                        &notification.application_id,
-                        &idem.key,
-                        &idem.request_hash,
-                        Some((idem.status_code, idem.body.as_str())),
-                        notification.created_at,
-                        idem.ttl_ms,
-                    )
-                    .await?;
-                    if result != DispatchResult::Created {
-                        return Ok(result);
+        let inbox = match notification.channel {
+            Channel::InApp => Some((
+                notification.application_id.clone(),
+                UserId::parse(&notification.recipient).map_err(|e| StoreError::Statement(e.to_string()))?,
+            )),
+            _ => None,
+        };
+        let result = self
+            .write(move |conn| {
+                Box::pin(async move {
+                    if let Some(idem) = &idempotency {
+                        let result = super::idempotency::claim(
+                            conn,
+                            &notification.application_id,
+                            &idem.key,
+                            Some((idem.status_code, idem.body.as_str())),
+                            notification.created_at,
+                            idem.ttl_ms,
+                        )
+                        .await?;
+                        if result != DispatchResult::Created {
+                            return Ok(result);
+                        }
                     }
-                }
-                insert_notification(conn, &notification).await?;
-                Ok(DispatchResult::Created)
+                    insert_notification(conn, &notification).await?;
+                    Ok(DispatchResult::Created)
+                })
             })
-        })
-        .await
+            .await?;
+        if let (DispatchResult::Created, Some((app, user))) = (&result, &inbox) {
+            self.announce(InboxChange::Created { app, user });
+        }
+        Ok(result)
     }
 
     /// Leases up to `limit` due deliveries until `now + lease_ms` and marks them `sending`.
@@ -214,33 +253,30 @@ impl Store {
         self.write(move |conn| {
             Box::pin(async move {
                 let now = super::now_millis();
-                let sql = match conn.engine() {
-                    Engine::Sqlite => CLAIM_SQLITE,
-                    Engine::Postgres => CLAIM_POSTGRES,
-                };
-                let claimed: Vec<(String, i64)> =
-                    fetch!(conn, fetch_all, (String, i64), sql, now + lease_ms, now, limit)?;
+                if conn.engine() == Engine::Postgres {
+                    return fetch!(
+                        conn,
+                        fetch_all,
+                        ClaimedDelivery,
+                        CLAIM_POSTGRES,
+                        now + lease_ms,
+                        now,
+                        limit
+                    );
+                }
+                let claimed: Vec<(NotificationId, i64)> =
+                    fetch!(conn, fetch_all, (NotificationId, i64), CLAIM_SQLITE, now + lease_ms, now, limit)?;
                 let mut jobs = Vec::with_capacity(claimed.len());
                 for (id, cycle_attempt) in claimed {
-                    let mut job = fetch!(
+                    jobs.push(fetch!(
                         conn,
                         fetch_one,
                         ClaimedDelivery,
-                        "UPDATE notifications SET status = 'sending', attempt_count = attempt_count + 1, updated_at = $2
-                         WHERE id = $1
-                         RETURNING id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, body,
-                                   html_body, attempt_count",
+                        CLAIM_SQLITE_JOB,
                         &id,
-                        now
-                    )?;
-                    execute!(
-                        conn,
-                        "UPDATE deliveries SET lease_token = $2 WHERE notification_id = $1",
-                        &id,
-                        job.attempt_count
-                    )?;
-                    job.cycle_attempt = cycle_attempt;
-                    jobs.push(job);
+                        now,
+                        cycle_attempt
+                    )?);
                 }
                 Ok(jobs)
             })
@@ -252,12 +288,12 @@ impl Store {
     /// changes nothing but the attempt log) if the lease was lost to a reclaim meanwhile.
     pub async fn record_attempt(
         &self,
-        notification_id: &str,
+        notification_id: &NotificationId,
         lease_token: i64,
-        started_at: i64,
+        span: AttemptSpan,
         result: AttemptResult,
     ) -> StoreResult<bool> {
-        let id = notification_id.to_owned();
+        let id = notification_id.clone();
         self.write(move |conn| {
             Box::pin(async move {
                 let now = super::now_millis();
@@ -278,12 +314,13 @@ impl Store {
                     )?,
                 } == 1;
                 let (outcome, provider_message_id, error) = match &result {
-                    AttemptResult::Sent { provider_message_id } => ("sent", provider_message_id.clone(), None),
-                    AttemptResult::Retry { error, .. } => ("transient_failure", None, Some(error.clone())),
-                    AttemptResult::Failed { error, transient: true, .. } => {
-                        ("transient_failure", None, Some(error.clone()))
+                    AttemptResult::Sent { provider_message_id } => {
+                        (AttemptOutcome::Sent, provider_message_id.clone(), None)
                     }
-                    AttemptResult::Failed { error, .. } => ("permanent_failure", None, Some(error.clone())),
+                    AttemptResult::Retry { error, .. } | AttemptResult::Failed { error, transient: true, .. } => {
+                        (AttemptOutcome::TransientFailure, None, Some(error.clone()))
+                    }
+                    AttemptResult::Failed { error, .. } => (AttemptOutcome::PermanentFailure, None, Some(error.clone())),
                 };
                 execute!(
                     conn,
@@ -292,8 +329,8 @@ impl Store {
                      VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (notification_id, attempt) DO NOTHING",
                     &id,
                     lease_token,
-                    started_at,
-                    now,
+                    span.started_at,
+                    span.finished_at,
                     outcome,
                     provider_message_id,
                     error
@@ -374,7 +411,7 @@ impl Store {
 
     pub async fn get_notification(
         &self,
-        id: &str,
+        id: &NotificationId,
     ) -> StoreResult<Option<(NotificationRecord, Vec<AttemptRecord>)>> {
         let mut read = self.read().await?;
         let mut conn = read.conn();
@@ -456,14 +493,14 @@ async fn insert_notification(conn: &mut Conn<'_>, n: &NewNotification) -> StoreR
         (Engine::Sqlite, false) => QUEUE_SQLITE,
         (Engine::Postgres, false) => QUEUE_POSTGRES,
     };
-    let inbox_id = herald_common::ids::InAppId::new().to_string();
+    let inbox_id = InAppId::new();
     let title = n.title.as_deref().or(n.subject.as_deref()).unwrap_or_default();
     macro_rules! insert {
         ($($extra:expr),*) => {
             execute!(
-                conn, sql, &n.id, &n.tenant_id, &n.application_id, n.channel.as_str(), &n.recipient,
+                conn, sql, &n.id, &n.tenant_id, &n.application_id, n.channel, &n.recipient,
                 &n.recipient_masked, &n.sender, &n.subject, &n.title, &n.body, &n.html_body, &n.data,
-                &n.template_id, status.as_str(), attempt_count, n.created_at $(, $extra)*
+                &n.template_id, status, attempt_count, n.created_at $(, $extra)*
             )
         };
     }

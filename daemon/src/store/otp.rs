@@ -3,14 +3,19 @@
 //! daemons; a verification locks its transaction row (`FOR UPDATE` on PostgreSQL; SQLite's single
 //! writer already serialises), so concurrent wrong guesses are counted one by one.
 
-use super::{Conn, DispatchResult, Engine, Store, StoreResult, execute, fetch};
+use herald_common::{
+    api::{notifications::Channel, otp::OtpStatus},
+    ids::{ApplicationId, OtpId, TenantId},
+};
+
+use super::{Conn, DispatchResult, Engine, IdempotencyKey, Store, StoreResult, execute, fetch};
 
 #[derive(Clone, Debug)]
 pub struct NewOtp {
-    pub id: String,
-    pub tenant_id: String,
-    pub application_id: String,
-    pub channel: String,
+    pub id: OtpId,
+    pub tenant_id: TenantId,
+    pub application_id: ApplicationId,
+    pub channel: Channel,
     pub recipient_key: String,
     pub recipient_masked: String,
     pub salt: String,
@@ -37,43 +42,45 @@ pub enum OtpSendStart {
     Idempotent(DispatchResult),
 }
 
-#[derive(Debug, PartialEq, Eq)]
-pub enum VerifyOutcome {
-    NotFound,
-    Verified {
-        verified_at: i64,
-    },
-    AlreadyVerified,
-    Expired,
-    /// The code could not be delivered, so there is nothing to verify.
-    NotDelivered,
-    Tombstoned,
-    /// Wrong code; this many attempts are left.
-    Invalid {
-        remaining: i64,
-    },
-    /// Wrong code, and that was the last allowed attempt.
-    TombstonedNow,
-    RateLimited {
-        retry_after_ms: i64,
-    },
-}
-
-#[derive(sqlx::FromRow)]
-struct OtpRow {
+/// A transaction as verification sees it, read with its row locked, and the recipient's failed
+/// verifications in the failure window.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct OtpSnapshot {
     recipient_key: String,
-    salt: String,
-    code_hash: String,
-    status: String,
-    failed_attempts: i64,
-    expires_at: i64,
-    /// Failed verifications of the recipient in the failure window (SQLite reads it with the
-    /// row; PostgreSQL counts after locking the recipient).
-    recent_failures: i64,
-    oldest_failure: Option<i64>,
+    pub salt: String,
+    pub code_hash: String,
+    /// As stored (a `sent` code past `expires_at` is still `sent` here).
+    pub status: OtpStatus,
+    pub failed_attempts: i64,
+    pub expires_at: i64,
+    pub recent_failures: i64,
+    pub oldest_failure: Option<i64>,
 }
 
-super::local::local_row!(OtpRow {
+impl OtpSnapshot {
+    /// A snapshot with the given state (for the rules' tests).
+    #[cfg(test)]
+    pub fn for_tests(
+        status: OtpStatus,
+        failed_attempts: i64,
+        expires_at: i64,
+        recent_failures: i64,
+        oldest_failure: Option<i64>,
+    ) -> Self {
+        Self {
+            recipient_key: String::new(),
+            salt: String::new(),
+            code_hash: String::new(),
+            status,
+            failed_attempts,
+            expires_at,
+            recent_failures,
+            oldest_failure,
+        }
+    }
+}
+
+super::local::local_row!(OtpSnapshot {
     recipient_key,
     salt,
     code_hash,
@@ -84,6 +91,29 @@ super::local::local_row!(OtpRow {
     oldest_failure
 });
 
+/// What a verification decided, and so what the store writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OtpVerdict {
+    AlreadyVerified,
+    Tombstoned,
+    /// Its time ran out (`record`: it is still stored as `sent`; mark it `expired`).
+    Expired {
+        record: bool,
+    },
+    /// The code could not be delivered, so there is nothing to verify.
+    NotDelivered,
+    RateLimited {
+        retry_after_ms: i64,
+    },
+    Verified,
+    /// A wrong code: the transaction's failures become `failed_attempts`, and it is tombstoned
+    /// when that reaches the limit.
+    Wrong {
+        failed_attempts: i64,
+        tombstoned: bool,
+    },
+}
+
 /// The OTP messages an application configured (`None`: the default).
 #[derive(Clone, Debug, Default, sqlx::FromRow)]
 pub struct OtpMessages {
@@ -93,8 +123,6 @@ pub struct OtpMessages {
 }
 
 super::local::local_row!(OtpMessages { otp_email_subject, otp_email_body, otp_sms_body });
-
-pub const MAX_FAILED_ATTEMPTS: i64 = 5;
 
 /// The longest a code lives. The activity feed relies on it: in an hour that ended this long
 /// ago no code can still be waiting, so its counters are final (store/activity.rs).
@@ -111,7 +139,11 @@ pub(super) struct MessageCache(
 
 /// Locks the recipient's row for the rest of the transaction (PostgreSQL; SQLite's single
 /// writer already runs one transaction at a time).
-async fn lock_recipient(conn: &mut Conn<'_>, application_id: &str, recipient_key: &str) -> StoreResult<()> {
+async fn lock_recipient(
+    conn: &mut Conn<'_>,
+    application_id: &ApplicationId,
+    recipient_key: &str,
+) -> StoreResult<()> {
     if conn.engine() == Engine::Sqlite {
         return Ok(());
     }
@@ -129,7 +161,7 @@ async fn lock_recipient(conn: &mut Conn<'_>, application_id: &str, recipient_key
 async fn over_limit(
     conn: &mut Conn<'_>,
     sql_count_since: &'static str,
-    application_id: &str,
+    application_id: &ApplicationId,
     recipient_key: &str,
     limit: Limit,
     now: i64,
@@ -156,7 +188,7 @@ impl Store {
     pub async fn begin_otp_send(
         &self,
         otp: NewOtp,
-        idempotency: Option<(String, String, i64)>,
+        idempotency: Option<(IdempotencyKey, i64)>,
         limit: Limit,
     ) -> StoreResult<OtpSendStart> {
         self.write(move |conn| {
@@ -195,9 +227,9 @@ impl Store {
                 {
                     return Ok(OtpSendStart::RateLimited { retry_after_ms });
                 }
-                if let Some((key, hash, ttl_ms)) = &idempotency {
+                if let Some((key, ttl_ms)) = &idempotency {
                     let claimed =
-                        super::idempotency::claim(conn, &otp.application_id, key, hash, None, now, *ttl_ms).await?;
+                        super::idempotency::claim(conn, &otp.application_id, key, None, now, *ttl_ms).await?;
                     if claimed != DispatchResult::Created {
                         return Ok(OtpSendStart::Idempotent(claimed));
                     }
@@ -226,8 +258,8 @@ impl Store {
     }
 
     /// Records that the provider refused the code: the transaction is `failed`, with the reason.
-    pub async fn fail_otp_send(&self, id: &str, reason: String, now: i64) -> StoreResult<()> {
-        let id = id.to_owned();
+    pub async fn fail_otp_send(&self, id: &OtpId, reason: String, now: i64) -> StoreResult<()> {
+        let id = id.clone();
         self.write(move |conn| {
             Box::pin(async move {
                 execute!(
@@ -243,26 +275,31 @@ impl Store {
         .await
     }
 
-    /// Verifies `code` against transaction `id` of `application_id`, atomically: the state
-    /// checks, the comparison (`matches(salt, code_hash)`), and the attempt counting happen in one
-    /// transaction with the row locked.
+    /// Verifies against transaction `id` of `application_id`, atomically: the transaction's row
+    /// and its recipient are locked, `decide` judges the snapshot (the rules are the caller's),
+    /// and what it decided is written in the same transaction. `None` if there is no such
+    /// transaction.
     pub async fn verify_otp<F>(
         &self,
-        id: &str,
-        application_id: &str,
+        id: &OtpId,
+        application_id: &ApplicationId,
         now: i64,
-        failure_limit: Limit,
-        matches: F,
-    ) -> StoreResult<VerifyOutcome>
+        failure_window_ms: i64,
+        decide: F,
+    ) -> StoreResult<Option<OtpVerdict>>
     where
-        F: FnOnce(&str, &str) -> bool + Send + 'static,
+        F: FnOnce(&OtpSnapshot) -> OtpVerdict + Send + 'static,
     {
-        let (id, app) = (id.to_owned(), application_id.to_owned());
+        let (id, app) = (id.clone(), application_id.clone());
         self.write(move |conn| {
             Box::pin(async move {
+                // `sending`: how earlier versions recorded a send until the provider answered;
+                // such a code was never known to be delivered.
                 let sql = match conn.engine() {
                     Engine::Sqlite => {
-                        "SELECT o.recipient_key, o.salt, o.code_hash, o.status, o.failed_attempts, o.expires_at,
+                        "SELECT o.recipient_key, o.salt, o.code_hash,
+                                CASE o.status WHEN 'sending' THEN 'failed' ELSE o.status END AS status,
+                                o.failed_attempts, o.expires_at,
                                 COUNT(f.at) AS recent_failures, MIN(f.at) AS oldest_failure
                          FROM otp_transactions o
                          LEFT JOIN otp_failures f ON f.application_id = o.application_id
@@ -271,77 +308,64 @@ impl Store {
                          GROUP BY o.id, o.recipient_key, o.salt, o.code_hash, o.status, o.failed_attempts, o.expires_at"
                     }
                     Engine::Postgres => {
-                        "SELECT recipient_key, salt, code_hash, status, failed_attempts, expires_at,
-                                CAST(-1 AS BIGINT) AS recent_failures, CAST(NULL AS BIGINT) AS oldest_failure
+                        "SELECT recipient_key, salt, code_hash,
+                                CASE status WHEN 'sending' THEN 'failed' ELSE status END AS status,
+                                failed_attempts, expires_at,
+                                CAST(0 AS BIGINT) AS recent_failures, CAST(NULL AS BIGINT) AS oldest_failure
                          FROM otp_transactions WHERE id = $1 AND application_id = $2 AND $3 = $3 FOR UPDATE"
                     }
                 };
-                let since = now - failure_limit.window_ms;
-                let Some(row) = fetch!(conn, fetch_optional, OtpRow, sql, &id, &app, since)? else {
-                    return Ok(VerifyOutcome::NotFound);
+                let since = now - failure_window_ms;
+                let Some(mut snapshot) = fetch!(conn, fetch_optional, OtpSnapshot, sql, &id, &app, since)? else {
+                    return Ok(None);
                 };
-                match row.status.as_str() {
-                    "verified" => return Ok(VerifyOutcome::AlreadyVerified),
-                    "tombstoned" => return Ok(VerifyOutcome::Tombstoned),
-                    "expired" => return Ok(VerifyOutcome::Expired),
-                    // `sending`: how earlier versions recorded a send until the provider answered.
-                    "sending" | "failed" => return Ok(VerifyOutcome::NotDelivered),
+                if conn.engine() == Engine::Postgres {
+                    // Serialise this recipient's verifications across daemons, then count.
+                    lock_recipient(conn, &app, &snapshot.recipient_key).await?;
+                    let (count, oldest): (i64, Option<i64>) =
+                        fetch!(conn, fetch_one, (i64, Option<i64>), FAILURES_SINCE, &app, &snapshot.recipient_key, since)?;
+                    (snapshot.recent_failures, snapshot.oldest_failure) = (count, oldest);
+                }
+                let verdict = decide(&snapshot);
+                match &verdict {
+                    OtpVerdict::Expired { record: true } => set_status(conn, &id, OtpStatus::Expired, now).await?,
+                    OtpVerdict::Verified => {
+                        execute!(
+                            conn,
+                            "UPDATE otp_transactions SET status = 'verified', verified_at = $2, updated_at = $2 WHERE id = $1",
+                            &id,
+                            now
+                        )?;
+                    }
+                    OtpVerdict::Wrong { failed_attempts, tombstoned } => {
+                        let status = if *tombstoned { OtpStatus::Tombstoned } else { OtpStatus::Sent };
+                        execute!(
+                            conn,
+                            "UPDATE otp_transactions SET failed_attempts = $2, status = $3, updated_at = $4 WHERE id = $1",
+                            &id,
+                            *failed_attempts,
+                            status,
+                            now
+                        )?;
+                        execute!(
+                            conn,
+                            "INSERT INTO otp_failures (application_id, recipient_key, at) VALUES ($1, $2, $3)",
+                            &app,
+                            &snapshot.recipient_key,
+                            now
+                        )?;
+                    }
                     _ => {}
                 }
-                if now >= row.expires_at {
-                    set_status(conn, &id, "expired", now).await?;
-                    return Ok(VerifyOutcome::Expired);
-                }
-                let limited = if row.recent_failures >= 0 {
-                    (row.recent_failures >= failure_limit.max).then(|| {
-                        (row.oldest_failure.unwrap_or(now) + failure_limit.window_ms - now).max(1)
-                    })
-                } else {
-                    lock_recipient(conn, &app, &row.recipient_key).await?;
-                    over_limit(conn, FAILURES_SINCE, &app, &row.recipient_key, failure_limit, now).await?
-                };
-                if let Some(retry_after_ms) = limited {
-                    return Ok(VerifyOutcome::RateLimited { retry_after_ms });
-                }
-                if matches(&row.salt, &row.code_hash) {
-                    execute!(
-                        conn,
-                        "UPDATE otp_transactions SET status = 'verified', verified_at = $2, updated_at = $2 WHERE id = $1",
-                        &id,
-                        now
-                    )?;
-                    return Ok(VerifyOutcome::Verified { verified_at: now });
-                }
-                let failed = row.failed_attempts + 1;
-                let status = if failed >= MAX_FAILED_ATTEMPTS { "tombstoned" } else { "sent" };
-                execute!(
-                    conn,
-                    "UPDATE otp_transactions SET failed_attempts = $2, status = $3, updated_at = $4 WHERE id = $1",
-                    &id,
-                    failed,
-                    status,
-                    now
-                )?;
-                execute!(
-                    conn,
-                    "INSERT INTO otp_failures (application_id, recipient_key, at) VALUES ($1, $2, $3)",
-                    &app,
-                    &row.recipient_key,
-                    now
-                )?;
-                Ok(if failed >= MAX_FAILED_ATTEMPTS {
-                    VerifyOutcome::TombstonedNow
-                } else {
-                    VerifyOutcome::Invalid { remaining: MAX_FAILED_ATTEMPTS - failed }
-                })
+                Ok(Some(verdict))
             })
         })
         .await
     }
 
-    pub async fn otp_messages(&self, application_id: &str) -> StoreResult<OtpMessages> {
+    pub async fn otp_messages(&self, application_id: &ApplicationId) -> StoreResult<OtpMessages> {
         if let Some((messages, at)) =
-            self.otp_messages.0.read().ok().and_then(|m| m.get(application_id).cloned())
+            self.otp_messages.0.read().ok().and_then(|m| m.get(application_id.as_str()).cloned())
             && at.elapsed() < MESSAGE_CACHE_TTL
         {
             return Ok(messages);
@@ -351,12 +375,12 @@ impl Store {
             if cache.len() > 10_000 {
                 cache.clear();
             }
-            cache.insert(application_id.to_owned(), (messages.clone(), std::time::Instant::now()));
+            cache.insert(application_id.to_string(), (messages.clone(), std::time::Instant::now()));
         }
         Ok(messages)
     }
 
-    async fn otp_messages_uncached(&self, application_id: &str) -> StoreResult<OtpMessages> {
+    async fn otp_messages_uncached(&self, application_id: &ApplicationId) -> StoreResult<OtpMessages> {
         let mut read = self.read().await?;
         Ok(fetch!(
             &mut read.conn(),
@@ -369,11 +393,15 @@ impl Store {
     }
 
     /// Sets an application's OTP messages; `false` if there is no such application.
-    pub async fn set_otp_messages(&self, application_id: &str, messages: OtpMessages) -> StoreResult<bool> {
+    pub async fn set_otp_messages(
+        &self,
+        application_id: &ApplicationId,
+        messages: OtpMessages,
+    ) -> StoreResult<bool> {
         if let Ok(mut cache) = self.otp_messages.0.write() {
-            cache.remove(application_id);
+            cache.remove(application_id.as_str());
         }
-        let app = application_id.to_owned();
+        let app = application_id.clone();
         let updated = self
             .write(move |conn| {
                 Box::pin(async move {
@@ -401,7 +429,7 @@ impl Store {
     }
 }
 
-async fn set_status(conn: &mut Conn<'_>, id: &str, status: &str, now: i64) -> StoreResult<()> {
+async fn set_status(conn: &mut Conn<'_>, id: &OtpId, status: OtpStatus, now: i64) -> StoreResult<()> {
     execute!(
         conn,
         "UPDATE otp_transactions SET status = $2, updated_at = $3 WHERE id = $1",

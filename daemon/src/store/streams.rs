@@ -3,7 +3,17 @@
 //! in `open_streams`. A user's streams are counted over daemons that are alive, so the streams
 //! of a daemon that was killed stop counting once its row lapses, and housekeeping deletes them.
 
+use herald_common::ids::{ApplicationId, ConnectionId, UserId};
+
 use super::{Engine, Store, StoreResult, execute, scalar};
+
+/// A stream to record: whose it is, and its connection.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenStream<'a> {
+    pub application_id: &'a ApplicationId,
+    pub user_id: &'a UserId,
+    pub connection_id: &'a ConnectionId,
+}
 
 impl Store {
     /// Registers (or renews) daemon `daemon_id` as alive until `alive_until`.
@@ -24,21 +34,23 @@ impl Store {
         .await
     }
 
-    /// Records stream `connection_id` of `user` on daemon `daemon_id`, unless the user already
+    /// Records `stream` on daemon `daemon_id`, unless its user already
     /// has `max` streams on daemons alive at `now`; `false` then. Claims for one user are
     /// serialized (SQLite's single writer; a transaction-scoped advisory lock on PostgreSQL), so
     /// concurrent claims through several daemons cannot all see room for one more.
     pub async fn open_stream(
         &self,
-        application_id: &str,
-        user_id: &str,
-        connection_id: &str,
+        stream: OpenStream<'_>,
         daemon_id: &str,
         max: usize,
         now: i64,
     ) -> StoreResult<bool> {
-        let (app, user, connection, daemon) =
-            (application_id.to_owned(), user_id.to_owned(), connection_id.to_owned(), daemon_id.to_owned());
+        let (app, user, connection, daemon) = (
+            stream.application_id.clone(),
+            stream.user_id.clone(),
+            stream.connection_id.clone(),
+            daemon_id.to_owned(),
+        );
         self.write(move |conn| {
             Box::pin(async move {
                 if conn.engine() == Engine::Postgres {
@@ -79,8 +91,8 @@ impl Store {
     }
 
     /// Stream `connection_id` ended.
-    pub async fn close_stream(&self, connection_id: &str) -> StoreResult<()> {
-        let id = connection_id.to_owned();
+    pub async fn close_stream(&self, connection_id: &ConnectionId) -> StoreResult<()> {
+        let id = connection_id.clone();
         self.write(move |conn| {
             Box::pin(async move {
                 execute!(conn, "DELETE FROM open_streams WHERE connection_id = $1", &id)?;

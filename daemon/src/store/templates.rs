@@ -1,11 +1,13 @@
 //! Stored templates of a tenant.
 
+use herald_common::ids::{TemplateId, TenantId};
+
 use super::{Store, StoreResult, execute, fetch};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct TemplateRecord {
-    pub id: String,
-    pub tenant_id: String,
+    pub id: TemplateId,
+    pub tenant_id: TenantId,
     pub name: String,
     pub subject: Option<String>,
     pub body: Option<String>,
@@ -51,7 +53,11 @@ impl Store {
     }
 
     /// The template `id` of `tenant_id` (another tenant's template is `None`).
-    pub async fn get_template(&self, tenant_id: &str, id: &str) -> StoreResult<Option<TemplateRecord>> {
+    pub async fn get_template(
+        &self,
+        tenant_id: &TenantId,
+        id: &TemplateId,
+    ) -> StoreResult<Option<TemplateRecord>> {
         let mut read = self.read().await?;
         Ok(fetch!(
             &mut read.conn(),
@@ -64,7 +70,7 @@ impl Store {
         )?)
     }
 
-    pub async fn list_templates(&self, tenant_id: &str) -> StoreResult<Vec<TemplateRecord>> {
+    pub async fn list_templates(&self, tenant_id: &TenantId) -> StoreResult<Vec<TemplateRecord>> {
         let mut read = self.read().await?;
         Ok(fetch!(
             &mut read.conn(),
@@ -100,8 +106,8 @@ impl Store {
         .await
     }
 
-    pub async fn delete_template(&self, tenant_id: &str, id: &str) -> StoreResult<bool> {
-        let (tenant_id, id) = (tenant_id.to_owned(), id.to_owned());
+    pub async fn delete_template(&self, tenant_id: &TenantId, id: &TemplateId) -> StoreResult<bool> {
+        let (tenant_id, id) = (tenant_id.clone(), id.clone());
         let deleted = self
             .write(move |conn| {
                 Box::pin(async move {

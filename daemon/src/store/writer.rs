@@ -2,6 +2,7 @@
 //! whatever has queued up (up to [`MAX_BATCH`]), opens one transaction, runs each operation in
 //! its own savepoint, commits once, and only then answers each caller. Under load this turns
 //! hundreds of fsyncs into one; with no load a batch is a single operation and adds no delay.
+//! An operation whose caller stopped waiting before it started is skipped.
 
 use std::{any::Any, sync::Arc};
 
@@ -107,6 +108,12 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
     let mut open_savepoint = false;
     let mut jobs = batch.into_iter();
     while let Some(job) = jobs.next() {
+        // A caller that has gone (its task aborted, its client disconnected) will never see
+        // the result: its operation is not started. Otherwise a delivery claim made for a
+        // worker that died while waiting would hold its jobs until their lease expired.
+        if job.reply.is_closed() {
+            continue;
+        }
         let first = results.is_empty();
         if !first {
             // Releasing the previous operation's savepoint and opening this one's is one round
@@ -166,7 +173,7 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
 
 /// The error a job gets when its batch's transaction, not its own operation, failed.
 fn batch_error(message: impl std::fmt::Display) -> StoreError {
-    StoreError::Database(sqlx::Error::Protocol(message.to_string()))
+    StoreError::Batch(message.to_string())
 }
 
 /// Answers each of `jobs` with the batch's failure.
@@ -274,9 +281,7 @@ pub fn spawn_postgres(pool: sqlx::PgPool, count: usize) -> WriterHandle {
                     Err(e) => {
                         let message = e.to_string();
                         for job in batch {
-                            let _ = job
-                                .reply
-                                .send(Err(StoreError::Database(sqlx::Error::Protocol(message.clone()))));
+                            let _ = job.reply.send(Err(StoreError::Unavailable(message.clone())));
                         }
                     }
                 }
@@ -333,5 +338,18 @@ mod tests {
         // A database error in the first operation (a duplicate key) is handled the same way.
         assert_eq!(run(&mut conn, &[(3, false), (9, false)]), [false, true]);
         assert_eq!(stored(&conn), [3, 5, 7, 8, 9]);
+    }
+
+    #[test]
+    fn an_operation_whose_caller_has_gone_is_not_run() {
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER PRIMARY KEY)").unwrap();
+        let (first, gone_first) = job(1, false);
+        let (second, kept) = job(2, false);
+        let (third, gone_third) = job(3, false);
+        drop((gone_first, gone_third));
+        block_on(run_batch(&mut Conn::Local(&mut conn), "BEGIN IMMEDIATE", vec![first, second, third]));
+        assert!(block_on(kept).unwrap().is_ok());
+        assert_eq!(stored(&conn), [2], "only the operation someone waits for ran");
     }
 }

@@ -5,9 +5,10 @@
 //! It polls the database twice a second instead of being woken: operator feeds are few, a
 //! dashboard does not need millisecond latency, and the shared database makes it work across
 //! daemons without any notification plumbing on the hot write paths. An event's id is
-//! `<updated_at ms>-<transaction id>`. Live reads look back [`REORDER_WINDOW_MS`] and skip what
-//! was already sent, so a change that commits out of time order (several PostgreSQL writers) is
-//! not missed; a reconnect resumes strictly after its `Last-Event-ID`.
+//! `<updated_at ms>-<transaction id>`. A poll reads what comes after the last event sent, then
+//! sweeps the last [`REORDER_WINDOW_MS`] for what was not sent yet, so a change that commits out
+//! of time order (several PostgreSQL writers) is not missed; a reconnect resumes strictly after
+//! its `Last-Event-ID`.
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -19,27 +20,37 @@ use axum::response::sse::Event;
 use futures_util::Stream;
 use herald_common::{
     Timestamp,
-    stream::{HEARTBEAT, Heartbeat},
+    ids::{ConnectionId, TenantId, TransactionId},
+    stream::{ConnectionReady, Heartbeat, StreamEvent},
 };
 use tokio::time::{Instant, Interval};
 use tokio_util::sync::CancellationToken;
 
-use crate::{clock::Clock, store::Store};
+use super::sse_event;
+use crate::{clock::Clock, store::Store, views};
 
-pub const ACTIVITY_CREATED: &str = "activity.created";
-pub const ACTIVITY_UPDATED: &str = "activity.updated";
 const POLL: Duration = Duration::from_millis(500);
 pub const REORDER_WINDOW_MS: i64 = 2_000;
 const BATCH: i64 = 500;
+const MAX_PAGES_PER_POLL: usize = 20;
+
+/// An event's place in the stream: (updated_at, transaction id).
+type EventKey = (i64, String);
 
 pub struct ActivityStream {
     store: Store,
     clock: std::sync::Arc<Clock>,
-    tenant_id: String,
-    /// The last event sent: (updated_at, transaction id).
-    cursor: (i64, String),
+    tenant_id: TenantId,
+    /// The last event sent.
+    cursor: EventKey,
+    /// Where the stream started: `Last-Event-ID` (the client holds everything up to it) or the
+    /// moment it opened. Nothing at or before it is sent, however often the reorder window is
+    /// read again.
+    start: EventKey,
     /// Events sent within the reorder window.
-    sent: HashSet<(i64, String)>,
+    sent: HashSet<EventKey>,
+    /// How far the pass over the reorder window has got.
+    sweep: EventKey,
     pending: VecDeque<Event>,
     poll: Interval,
     heartbeat: Interval,
@@ -48,36 +59,43 @@ pub struct ActivityStream {
 }
 
 /// Parses `<ms>-<transaction id>`.
-pub fn parse_event_id(text: &str) -> Option<(i64, String)> {
+pub fn parse_event_id(text: &str) -> Option<EventKey> {
     let (ms, id) = text.trim().split_once('-')?;
-    Some((ms.parse().ok()?, id.to_owned()))
+    let id = TransactionId::parse(id).ok()?;
+    Some((ms.parse().ok()?, id.to_string()))
+}
+
+/// The event id of a change: `<updated_at ms>-<transaction id>`.
+fn event_id((at, id): &EventKey) -> String {
+    format!("{at}-{id}")
 }
 
 impl ActivityStream {
     pub fn new(
         store: Store,
         clock: std::sync::Arc<Clock>,
-        tenant_id: String,
-        last_event_id: Option<(i64, String)>,
+        tenant_id: TenantId,
+        last_event_id: Option<EventKey>,
         heartbeat: Duration,
         shutdown: CancellationToken,
     ) -> Self {
-        let now = clock.now_millis();
+        // Without Last-Event-ID: changes from now on.
+        let start = last_event_id.unwrap_or((clock.now_millis(), String::new()));
         let mut poll = tokio::time::interval(POLL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut heartbeat = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let ready = Event::default()
-            .event(herald_common::stream::CONNECTION_READY)
-            .json_data(serde_json::json!({"connection_id": herald_common::ids::ConnectionId::new()}))
-            .unwrap_or_default();
+        let ready =
+            ConnectionReady { connection_id: ConnectionId::new(), unread_count: None, last_event_id: None };
+        let Ok(ready) = sse_event(&StreamEvent::Ready(ready), None);
         Self {
             store,
             clock,
             tenant_id,
-            // Without Last-Event-ID: changes from now on.
-            cursor: last_event_id.unwrap_or((now, String::new())),
+            cursor: start.clone(),
+            start,
             sent: HashSet::new(),
+            sweep: (i64::MIN, String::new()),
             pending: VecDeque::from([ready]),
             poll,
             heartbeat,
@@ -86,37 +104,74 @@ impl ActivityStream {
         }
     }
 
+    /// One poll: the changes after the cursor, then part of a pass over the reorder window for
+    /// changes that committed late.
     async fn read_changes(&mut self) {
-        let since = self.cursor.0 - REORDER_WINDOW_MS;
-        let rows =
-            match self.store.activity_changes(&self.tenant_id, since, self.clock.now_millis(), BATCH).await {
-                Ok(rows) => rows,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read activity changes; closing the stream");
-                    self.finished = true;
-                    return;
-                }
-            };
-        let resume = self.cursor.clone();
+        let now = self.clock.now_millis();
+        // New changes. Each page starts after the last one, so a backlog of any size is worked
+        // through, a bounded number of pages per poll.
+        for _ in 0..MAX_PAGES_PER_POLL {
+            let after = self.cursor.clone();
+            let Some((full, _)) = self.read_page(&after, now).await else { return };
+            if !full {
+                break;
+            }
+        }
+        // Late commits: a change stamped before the cursor that was not visible when the cursor
+        // passed it. The sweep walks the window from where the last poll left it, so a window
+        // holding more changes than a poll reads still moves on, and starts again at its bottom
+        // once it reaches the cursor.
+        let horizon = (self.cursor.0 - REORDER_WINDOW_MS, String::new());
+        if self.sweep < horizon {
+            self.sweep = horizon;
+        }
+        for _ in 0..MAX_PAGES_PER_POLL {
+            let after = self.sweep.clone();
+            let Some((full, last)) = self.read_page(&after, now).await else { return };
+            self.sweep = last.unwrap_or(after);
+            if !full || self.sweep >= self.cursor {
+                self.sweep = (i64::MIN, String::new());
+                break;
+            }
+        }
+        let horizon = self.cursor.0 - REORDER_WINDOW_MS;
+        self.sent.retain(|(at, _)| *at >= horizon);
+    }
+
+    /// Reads one page of changes after `after` and queues an event for each not sent yet.
+    /// `Some((full page, last key read))`, or `None` when the database failed and the stream is
+    /// closing.
+    async fn read_page(&mut self, after: &EventKey, now: i64) -> Option<(bool, Option<EventKey>)> {
+        let page = self.store.activity_changes(&self.tenant_id, (after.0, &after.1), now, BATCH).await;
+        let rows = match page {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read activity changes; closing the stream");
+                self.finished = true;
+                return None;
+            }
+        };
+        let full = rows.len() as i64 == BATCH;
+        let mut last = None;
         for row in rows {
-            let key = (row.updated_at, row.transaction_id.clone());
-            // Never twice; and on a fresh connection nothing at or before the cursor.
-            if self.sent.contains(&key) || (self.sent.is_empty() && key <= resume) {
+            let key = (row.updated_at, row.transaction_id.to_string());
+            last = Some(key.clone());
+            // Never twice, and nothing from before the stream's start.
+            if key <= self.start || self.sent.contains(&key) {
                 continue;
             }
-            let name = if row.created_at == row.updated_at { ACTIVITY_CREATED } else { ACTIVITY_UPDATED };
-            let id = format!("{}-{}", row.updated_at, row.transaction_id);
-            if let Ok(item) = crate::api::activity_item(row) {
-                let event = Event::default().event(name).id(id).json_data(&item).unwrap_or_default();
-                self.pending.push_back(event);
-            }
+            let created = row.created_at == row.updated_at;
+            let item = views::activity_item(row);
+            let event =
+                if created { StreamEvent::ActivityCreated(item) } else { StreamEvent::ActivityUpdated(item) };
+            let Ok(event) = sse_event(&event, Some(event_id(&key)));
+            self.pending.push_back(event);
             if key > self.cursor {
                 self.cursor = key.clone();
             }
             self.sent.insert(key);
         }
-        let horizon = self.cursor.0 - REORDER_WINDOW_MS;
-        self.sent.retain(|(at, _)| *at >= horizon);
+        Some((full, last))
     }
 
     async fn next_event(&mut self) -> Option<Event> {
@@ -132,8 +187,9 @@ impl ActivityStream {
                 _ = self.shutdown.cancelled() => self.finished = true,
                 _ = self.poll.tick() => self.read_changes().await,
                 _ = self.heartbeat.tick() => {
-                    let beat = Heartbeat { time: Timestamp::now() };
-                    self.pending.push_back(Event::default().event(HEARTBEAT).json_data(&beat).unwrap_or_default());
+                    let beat = StreamEvent::Heartbeat(Heartbeat { time: Timestamp::now() });
+                    let Ok(event) = sse_event(&beat, None);
+                    self.pending.push_back(event);
                 }
             }
         }

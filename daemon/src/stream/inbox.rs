@@ -13,16 +13,14 @@ use axum::response::sse::Event;
 use futures_util::Stream;
 use herald_common::{
     Timestamp,
-    stream::{
-        CONNECTION_READY, ConnectionReady, HEARTBEAT, Heartbeat, NOTIFICATION_CREATED, NOTIFICATION_UPDATED,
-        Resync, STREAM_RESYNC,
-    },
+    ids::InAppId,
+    stream::{ConnectionReady, Heartbeat, Resync, ResyncReason, StreamEvent},
 };
 use tokio::time::{Instant, Interval};
 use tokio_util::sync::CancellationToken;
 
-use super::Subscription;
-use crate::{auth::UserIdentity, store::Store};
+use super::{StreamLease, sse_event};
+use crate::{auth::UserIdentity, hub::Subscription, store::Store, views};
 
 /// The oldest `Last-Event-ID` that is replayed: at most this many items behind the newest.
 pub const REPLAY_WINDOW: i64 = 1_000;
@@ -33,6 +31,8 @@ pub struct InboxStream {
     store: Store,
     user: UserIdentity,
     subscription: Subscription,
+    /// Held for the stream's life: its slot in the per-user limit across daemons.
+    _lease: StreamLease,
     last_sent: i64,
     pending: VecDeque<Event>,
     /// Items may be waiting (set at start for a replay, and after a full batch).
@@ -59,45 +59,53 @@ pub fn start_for(last_event_id: Option<&str>, newest: i64) -> Start {
     match text.parse::<i64>() {
         Ok(id) if (0..=newest).contains(&id) && newest - id <= REPLAY_WINDOW => Start::After(id),
         Ok(id) if (0..=newest).contains(&id) => Start::Resync(Resync {
-            reason: "replay_window".to_owned(),
+            reason: ResyncReason::ReplayWindow,
             detail: format!(
                 "{} notifications were missed; at most {REPLAY_WINDOW} are replayed",
                 newest - id
             ),
         }),
         _ => Start::Resync(Resync {
-            reason: "unknown_event_id".to_owned(),
+            reason: ResyncReason::UnknownEventId,
             detail: format!("`{text}` is not an event id of this stream"),
         }),
     }
 }
 
-fn json_event(name: &str, data: &impl serde::Serialize) -> Event {
-    Event::default().event(name).json_data(data).unwrap_or_else(|_| Event::default().event(name))
+fn event(event: StreamEvent) -> Event {
+    let Ok(event) = sse_event(&event, None);
+    event
+}
+
+/// What a new stream starts from, read when it was opened.
+pub struct Opening {
+    pub subscription: Subscription,
+    pub lease: StreamLease,
+    pub start: Start,
+    pub unread_count: u64,
+    /// The user's newest item number.
+    pub newest: i64,
 }
 
 impl InboxStream {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
         user: UserIdentity,
-        subscription: Subscription,
-        start: Start,
-        unread_count: u64,
-        newest: i64,
+        opening: Opening,
         heartbeat: Duration,
         shutdown: CancellationToken,
     ) -> Self {
+        let Opening { subscription, lease, start, unread_count, newest } = opening;
         let ready = ConnectionReady {
             connection_id: subscription.subscriber.connection_id.clone(),
-            unread_count,
-            last_event_id: newest.to_string(),
+            unread_count: Some(unread_count),
+            last_event_id: Some(newest.to_string()),
         };
-        let mut pending = VecDeque::from([json_event(CONNECTION_READY, &ready)]);
+        let mut pending = VecDeque::from([event(StreamEvent::Ready(ready))]);
         let (last_sent, more, finished) = match start {
             Start::After(id) => (id, id < newest, false),
             Start::Resync(resync) => {
-                pending.push_back(json_event(STREAM_RESYNC, &resync));
+                pending.push_back(event(StreamEvent::Resync(resync)));
                 (newest, false, true)
             }
         };
@@ -109,6 +117,7 @@ impl InboxStream {
             store,
             user,
             subscription,
+            _lease: lease,
             last_sent,
             pending,
             more,
@@ -121,30 +130,32 @@ impl InboxStream {
 
     /// Reads the items after `last_sent` into `pending`.
     async fn catch_up(&mut self) {
-        let (app, user) = (self.user.application_id.as_str(), self.user.user_id.as_str());
+        let (app, user) = (&self.user.application_id, &self.user.user_id);
         // Boxed: an idle stream's state is sized for its largest await, and sqlx's query futures
         // are large; boxed, they cost memory only while a read is running.
-        match Box::pin(self.store.inbox_after(app, user, self.last_sent, BATCH)).await {
-            Ok(items) => {
-                self.more = items.len() as i64 == BATCH;
-                for item in items {
-                    self.last_sent = item.seq;
-                    let event = json_event(NOTIFICATION_CREATED, &crate::api::inbox_item(item));
-                    self.pending.push_back(event.id(self.last_sent.to_string()));
-                }
-            }
+        let items = match Box::pin(self.store.inbox_after(app, user, self.last_sent, BATCH)).await {
+            Ok(items) => items,
             Err(e) => {
-                // The client reconnects with its Last-Event-ID and loses nothing.
+                // The client reconnects with its Last-Event-ID and loses nothing. A corrupt row
+                // ends the stream here too, before the item: never skipped silently.
                 tracing::warn!(error = %e, "cannot read the inbox for a stream; closing it");
                 self.finished = true;
+                return;
             }
+        };
+        self.more = items.len() as i64 == BATCH;
+        for record in items {
+            self.last_sent = record.seq;
+            let created = StreamEvent::NotificationCreated(views::inbox_item(record));
+            let Ok(event) = sse_event(&created, Some(self.last_sent.to_string()));
+            self.pending.push_back(event);
         }
     }
 
-    async fn send_update(&mut self, item_id: String) {
-        match Box::pin(self.store.inbox_item(self.user.application_id.as_str(), &item_id)).await {
+    async fn send_update(&mut self, item_id: InAppId) {
+        match Box::pin(self.store.inbox_item(&self.user.application_id, &item_id)).await {
             Ok(Some(item)) if item.user_id == self.user.user_id => {
-                self.pending.push_back(json_event(NOTIFICATION_UPDATED, &crate::api::inbox_item(item)));
+                self.pending.push_back(event(StreamEvent::NotificationUpdated(views::inbox_item(item))));
             }
             Ok(_) => {}
             Err(e) => {
@@ -165,11 +176,11 @@ impl InboxStream {
             }
             if self.subscription.subscriber.overflowed.load(Ordering::Acquire) {
                 let resync = Resync {
-                    reason: "slow_consumer".to_owned(),
+                    reason: ResyncReason::SlowConsumer,
                     detail: "this connection fell too far behind; reconnect with your Last-Event-ID"
                         .to_owned(),
                 };
-                self.pending.push_back(json_event(STREAM_RESYNC, &resync));
+                self.pending.push_back(event(StreamEvent::Resync(resync)));
                 self.finished = true;
                 continue;
             }
@@ -187,7 +198,7 @@ impl InboxStream {
                     None => self.finished = true,
                 },
                 _ = self.heartbeat.tick() => {
-                    self.pending.push_back(json_event(HEARTBEAT, &Heartbeat { time: Timestamp::now() }));
+                    self.pending.push_back(event(StreamEvent::Heartbeat(Heartbeat { time: Timestamp::now() })));
                 }
             }
         }
@@ -210,8 +221,14 @@ mod tests {
         assert!(matches!(start_for(None, 7), Start::After(7)));
         assert!(matches!(start_for(Some("3"), 7), Start::After(3)));
         assert!(matches!(start_for(Some("0"), 1000), Start::After(0)));
-        assert!(matches!(start_for(Some("0"), 1001), Start::Resync(r) if r.reason == "replay_window"));
-        assert!(matches!(start_for(Some("8"), 7), Start::Resync(r) if r.reason == "unknown_event_id"));
-        assert!(matches!(start_for(Some("x"), 7), Start::Resync(r) if r.reason == "unknown_event_id"));
+        assert!(
+            matches!(start_for(Some("0"), 1001), Start::Resync(r) if r.reason == ResyncReason::ReplayWindow)
+        );
+        assert!(
+            matches!(start_for(Some("8"), 7), Start::Resync(r) if r.reason == ResyncReason::UnknownEventId)
+        );
+        assert!(
+            matches!(start_for(Some("x"), 7), Start::Resync(r) if r.reason == ResyncReason::UnknownEventId)
+        );
     }
 }

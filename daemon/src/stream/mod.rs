@@ -1,145 +1,41 @@
-//! The stream hub: who is connected, and waking them. Connections are not sent data through the
-//! hub; they are woken ("this user's inbox has news") and read what is new from the database
-//! after the last event they sent. That keeps replay and live delivery one mechanism (no gap, no
-//! duplicate), keeps a slow connection from holding queued data, and lets a wake-up come from
-//! this daemon or, through PostgreSQL's LISTEN/NOTIFY, from any other.
+//! The live streams (Server-Sent Events): one user's inbox stream ([`inbox`]) and the operators'
+//! activity stream ([`activity`]), how their events are written, and this daemon's registration
+//! for the per-user stream limit across daemons. Who is connected is the [`crate::hub`]'s.
 
 pub mod activity;
 pub mod inbox;
-pub mod listener;
 
-use std::{
-    collections::HashMap,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+use std::{convert::Infallible, time::Duration};
+
+use axum::response::sse::Event;
+use herald_common::{
+    ids::{ApplicationId, ConnectionId, UserId},
+    stream::StreamEvent,
 };
-
-use std::time::Duration;
-
-use herald_common::ids::ConnectionId;
-use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::{state::AppState, store::StoreResult};
+use crate::{
+    hub::{MAX_STREAMS_PER_USER, Subscription},
+    state::AppState,
+    store::StoreResult,
+};
 
-/// Streams one user may hold at once, over every daemon sharing the database.
-pub const MAX_STREAMS_PER_USER: usize = 10;
 /// How often a daemon renews its row in `stream_daemons`, and how long a renewal lasts: the
 /// streams of a daemon that was killed stop counting toward the limit within this lease.
 const DAEMON_RENEW_EVERY: Duration = Duration::from_secs(10);
 pub const DAEMON_LEASE: Duration = Duration::from_secs(30);
-/// Changed items a connection may have waiting before it is told to resync (read-all on a large
-/// inbox must fit).
-const UPDATE_QUEUE: usize = 4096;
 
-type UserKey = (String, String);
-
-/// One connected stream, as the hub sees it.
-pub struct Subscriber {
-    pub connection_id: ConnectionId,
-    /// Woken when the user has new items.
-    pub created: Notify,
-    /// Ids of items that changed.
-    updates: mpsc::Sender<String>,
-    /// The connection fell too far behind: it must resync.
-    pub overflowed: AtomicBool,
-}
-
-#[derive(Default)]
-pub struct Hub {
-    users: Mutex<HashMap<UserKey, Vec<Arc<Subscriber>>>>,
-}
-
-/// A registration in the hub; dropping it (the stream ended) removes it.
-pub struct Subscription {
-    hub: Arc<Hub>,
-    key: UserKey,
-    pub subscriber: Arc<Subscriber>,
-    pub updates: mpsc::Receiver<String>,
-    /// The stream's record in the database, for the limit across daemons (set once claimed).
-    pub lease: Option<StreamLease>,
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        if let Ok(mut users) = self.hub.users.lock()
-            && let Some(list) = users.get_mut(&self.key)
-        {
-            list.retain(|s| !Arc::ptr_eq(s, &self.subscriber));
-            if list.is_empty() {
-                users.remove(&self.key);
-            }
-        }
-    }
-}
-
-impl Hub {
-    /// Registers a stream for `user` of `app`; `None` when the user already has the maximum.
-    pub fn subscribe(self: &Arc<Self>, app: &str, user: &str) -> Option<Subscription> {
-        let key = (app.to_owned(), user.to_owned());
-        let mut users = self.users.lock().ok()?;
-        let list = users.entry(key.clone()).or_default();
-        // Checked before a subscriber exists: its drop counts a stream as closed.
-        if list.len() >= MAX_STREAMS_PER_USER {
-            return None;
-        }
-        let (sender, receiver) = mpsc::channel(UPDATE_QUEUE);
-        let subscriber = Arc::new(Subscriber {
-            connection_id: ConnectionId::new(),
-            created: Notify::new(),
-            updates: sender,
-            overflowed: AtomicBool::new(false),
-        });
-        list.push(subscriber.clone());
-        metrics::gauge!("herald_streams_open").increment(1.0);
-        Some(Subscription { hub: self.clone(), key, subscriber, updates: receiver, lease: None })
-    }
-
-    fn subscribers(&self, app: &str, user: &str) -> Vec<Arc<Subscriber>> {
-        self.users
-            .lock()
-            .ok()
-            .and_then(|users| users.get(&(app.to_owned(), user.to_owned())).cloned())
-            .unwrap_or_default()
-    }
-
-    /// `user` has new items.
-    pub fn wake_created(&self, app: &str, user: &str) {
-        for subscriber in self.subscribers(app, user) {
-            subscriber.created.notify_one();
-        }
-    }
-
-    /// An item of `user` changed.
-    pub fn push_update(&self, app: &str, user: &str, item_id: &str) {
-        for subscriber in self.subscribers(app, user) {
-            if subscriber.updates.try_send(item_id.to_owned()).is_err() {
-                subscriber.overflowed.store(true, Ordering::Release);
-                subscriber.created.notify_one();
-            }
-        }
-    }
-
-    /// Every connection re-reads (after a lost PostgreSQL notification connection).
-    pub fn wake_all(&self) {
-        if let Ok(users) = self.users.lock() {
-            for subscriber in users.values().flatten() {
-                subscriber.created.notify_one();
-            }
-        }
-    }
-
-    pub fn streams(&self) -> usize {
-        self.users.lock().map(|u| u.values().map(Vec::len).sum()).unwrap_or(0)
-    }
-}
-
-impl Drop for Subscriber {
-    fn drop(&mut self) {
-        metrics::gauge!("herald_streams_open").decrement(1.0);
-    }
+/// An event as SSE, with its `id:` when it has one.
+pub fn sse_event(event: &StreamEvent, id: Option<String>) -> Result<Event, Infallible> {
+    let event = match event.data_json() {
+        Ok(data) => Event::default().event(event.name().as_str()).data(data),
+        // Every payload is plain data; should one ever fail, the client still sees the event.
+        Err(_) => Event::default().event(event.name().as_str()),
+    };
+    Ok(match id {
+        Some(id) => event.id(id),
+        None => event,
+    })
 }
 
 /// Registers this daemon as alive, so that its streams count toward users' limits.
@@ -166,7 +62,7 @@ pub async fn renew_daemon(state: AppState, shutdown: CancellationToken) {
 /// A stream's record in `open_streams`; dropping it (the stream ended) deletes the record.
 pub struct StreamLease {
     store: crate::store::Store,
-    connection_id: String,
+    connection_id: Option<ConnectionId>,
 }
 
 impl StreamLease {
@@ -174,23 +70,22 @@ impl StreamLease {
     /// when the user already has [`MAX_STREAMS_PER_USER`].
     pub async fn claim(
         state: &AppState,
-        app: &str,
-        user: &str,
+        app: &ApplicationId,
+        user: &UserId,
         subscription: &Subscription,
     ) -> StoreResult<Option<Self>> {
-        let connection_id = subscription.subscriber.connection_id.to_string();
+        let connection_id = subscription.subscriber.connection_id.clone();
+        let stream =
+            crate::store::OpenStream { application_id: app, user_id: user, connection_id: &connection_id };
         let now = state.clock.now_millis();
-        let claimed = state
-            .store
-            .open_stream(app, user, &connection_id, &state.daemon_id, MAX_STREAMS_PER_USER, now)
-            .await?;
-        Ok(claimed.then(|| Self { store: state.store.clone(), connection_id }))
+        let claimed = state.store.open_stream(stream, &state.daemon_id, MAX_STREAMS_PER_USER, now).await?;
+        Ok(claimed.then(|| Self { store: state.store.clone(), connection_id: Some(connection_id) }))
     }
 }
 
 impl Drop for StreamLease {
     fn drop(&mut self) {
-        let (store, id) = (self.store.clone(), std::mem::take(&mut self.connection_id));
+        let (store, Some(id)) = (self.store.clone(), self.connection_id.take()) else { return };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 if let Err(e) = store.close_stream(&id).await {
@@ -199,5 +94,38 @@ impl Drop for StreamLease {
                 }
             });
         }
+    }
+}
+
+/// The docs state the stream limits with the numbers the code uses.
+#[cfg(test)]
+mod doc_tests {
+    use super::inbox::REPLAY_WINDOW;
+    use crate::hub::{MAX_STREAMS_PER_USER, UPDATE_QUEUE};
+
+    /// `1,000`-style grouping, as the docs write numbers.
+    fn grouped(n: i64) -> String {
+        let digits = n.to_string();
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    #[test]
+    fn configuration_and_stream_docs_state_the_limits() {
+        let configuration = include_str!("../../../docs/CONFIGURATION.md");
+        let stream = include_str!("../../../docs/STREAM.md");
+        for doc in [configuration, stream] {
+            assert!(doc.contains(&format!("{MAX_STREAMS_PER_USER} open streams")));
+            assert!(doc.contains(&grouped(UPDATE_QUEUE as i64)), "the update queue, {UPDATE_QUEUE}");
+        }
+        let flat = configuration.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains(&format!("at most {} missed notifications", grouped(REPLAY_WINDOW))));
+        assert!(flat.contains("per user across every daemon"), "the stream limit is global");
     }
 }

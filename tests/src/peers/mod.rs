@@ -5,11 +5,13 @@
 //! what it received and can be told to fail, permanently or for the next few requests.
 
 pub mod dns;
+pub mod proxy;
 pub mod smtp;
 pub mod twilio;
 pub mod whatsapp;
 
 pub use dns::{DkimVerdict, DnsServer, verify_dkim};
+pub use proxy::CutProxy;
 pub use smtp::{ReceivedMail, SmtpSink};
 pub use twilio::{TwilioMessage, TwilioServer};
 pub use whatsapp::{WhatsAppMessage, WhatsAppServer};

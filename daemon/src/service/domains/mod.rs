@@ -1,11 +1,10 @@
 //! Custom sending domains: creating one (its challenge token and DKIM key pair), checking its
-//! records in the DNS (on request and in the background), deciding whether mail may be sent
-//! from an address, and the DKIM signer for mail that is.
+//! records in the DNS (on request and in the background), and deciding whether mail may be sent
+//! from an address. (Signing that mail is delivery's, with [`crate::dkim`].)
 
 pub mod checks;
-pub mod keys;
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use herald_common::{
     ErrorCode, Timestamp,
@@ -13,13 +12,13 @@ use herald_common::{
         DEFAULT_DKIM_SELECTOR, DmarcOut, DnsRecordOut, DomainIn, DomainOut, DomainStatus, RecordPurpose,
         normalize_domain_name, normalize_selector,
     },
-    ids::DomainId,
+    ids::{DomainId, TenantId},
 };
 use tokio_util::sync::CancellationToken;
 
 use self::checks::{Checks, RecordCheck, Schedule};
 use crate::{
-    delivery::{SendError, dkim::DkimSigner},
+    dkim,
     error::{ApiError, ApiResult},
     state::AppState,
     store::{DomainCheck, DomainRecord, StoreResult},
@@ -82,10 +81,9 @@ pub fn out(domain: &DomainRecord, spf_include: &str) -> ApiResult<DomainOut> {
         detail: check.detail,
     };
     Ok(DomainOut {
-        domain_id: DomainId::parse(&domain.id).map_err(ApiError::internal)?,
+        domain_id: domain.id.clone(),
         name: domain.name.clone(),
-        status: DomainStatus::parse(&domain.status)
-            .ok_or_else(|| ApiError::internal(anyhow::anyhow!("unknown domain status {}", domain.status)))?,
+        status: domain.status,
         sending_enabled: domain.verified_at.is_some(),
         dkim_selector: domain.dkim_selector.clone(),
         created_at: Timestamp::from_millis(domain.created_at),
@@ -118,7 +116,7 @@ fn schedule(state: &AppState) -> Schedule {
 
 /// Registers a domain for the tenant: a challenge token and a new DKIM key pair; `pending`
 /// until its records are found.
-pub async fn create(state: &AppState, tenant_id: &str, input: DomainIn) -> ApiResult<DomainRecord> {
+pub async fn create(state: &AppState, tenant_id: &TenantId, input: DomainIn) -> ApiResult<DomainRecord> {
     let name = normalize_domain_name(&input.name).map_err(|m| ApiError::field("name", m))?;
     let selector = normalize_selector(input.dkim_selector.as_deref().unwrap_or(DEFAULT_DKIM_SELECTOR))
         .map_err(|m| ApiError::field("dkim_selector", m))?;
@@ -128,21 +126,21 @@ pub async fn create(state: &AppState, tenant_id: &str, input: DomainIn) -> ApiRe
     if state.store.find_domain_by_name(tenant_id, &name).await?.is_some() {
         return Err(exists());
     }
-    let id = DomainId::new().to_string();
-    let key = tokio::task::spawn_blocking(crate::delivery::dkim::generate_key)
+    let id = DomainId::new();
+    let key = tokio::task::spawn_blocking(dkim::generate_key)
         .await
         .map_err(ApiError::internal)?
         .map_err(ApiError::internal)?;
     let now = state.clock.now_millis();
     let record = DomainRecord {
-        dkim_private_key: keys::seal(&state.secret, &id, &key.pkcs8_der).map_err(ApiError::internal)?,
+        dkim_private_key: dkim::keys::seal(&state.secret, &id, &key.pkcs8_der).map_err(ApiError::internal)?,
         id,
-        tenant_id: tenant_id.to_owned(),
+        tenant_id: tenant_id.clone(),
         name: name.clone(),
         dkim_selector: selector,
         challenge_token: crate::secret::random_token(24),
         dkim_record: key.record,
-        status: DomainStatus::Pending.as_str().to_owned(),
+        status: DomainStatus::Pending,
         checks: None,
         created_at: now,
         last_checked_at: None,
@@ -178,7 +176,7 @@ pub async fn check(state: &AppState, domain: &DomainRecord) -> StoreResult<Optio
     let conclusion =
         checks::conclude(&mut found, domain.created_at, domain.verified_at, now, schedule(state));
     metrics::counter!("herald_domain_checks_total", "status" => conclusion.status.as_str()).increment(1);
-    if conclusion.status.as_str() != domain.status {
+    if conclusion.status != domain.status {
         tracing::info!(from = %domain.status, to = %conclusion.status, "sending domain status changed");
     }
     let checked = state
@@ -186,7 +184,7 @@ pub async fn check(state: &AppState, domain: &DomainRecord) -> StoreResult<Optio
         .record_domain_check(
             &domain.id,
             DomainCheck {
-                status: conclusion.status.as_str().to_owned(),
+                status: conclusion.status,
                 checks: serde_json::to_string(&found).unwrap_or_default(),
                 checked_at: now,
                 verified_at: conclusion.verified_at,
@@ -199,25 +197,20 @@ pub async fn check(state: &AppState, domain: &DomainRecord) -> StoreResult<Optio
 }
 
 /// Removes a domain; mail is no longer sent from it.
-pub async fn delete(state: &AppState, tenant_id: &str, domain_id: &str) -> ApiResult<()> {
+pub async fn delete(state: &AppState, tenant_id: &TenantId, domain_id: &DomainId) -> ApiResult<()> {
     let domain =
         state.store.get_domain(tenant_id, domain_id).await?.ok_or_else(|| ApiError::not_found("domain"))?;
     if !state.store.delete_domain(tenant_id, domain_id).await? {
         return Err(ApiError::not_found("domain"));
     }
     state.signers.forget(tenant_id, &domain.name);
-    tracing::info!(domain_id, domain = %domain.name, "sending domain removed");
+    tracing::info!(%domain_id, domain = %domain.name, "sending domain removed");
     Ok(())
 }
 
-/// The domain part of an address, lower-cased.
-fn domain_of(address: &str) -> String {
-    address.rsplit_once('@').map(|(_, d)| d).unwrap_or_default().trim_end_matches('.').to_ascii_lowercase()
-}
-
 /// Accepts `from` only on one of the tenant's domains that mail may be sent from.
-pub async fn check_sender(state: &AppState, tenant_id: &str, from: &str) -> ApiResult<()> {
-    let name = domain_of(from);
+pub async fn check_sender(state: &AppState, tenant_id: &TenantId, from: &str) -> ApiResult<()> {
+    let name = dkim::domain_of(from);
     match state.store.find_domain_by_name(tenant_id, &name).await? {
         Some(domain) if domain.verified_at.is_some() => Ok(()),
         Some(domain) => Err(ApiError::new(
@@ -235,40 +228,6 @@ pub async fn check_sender(state: &AppState, tenant_id: &str, from: &str) -> ApiR
             ),
         )),
     }
-}
-
-/// The DKIM signer for mail from `sender` of `tenant_id`, at delivery time. A domain that can
-/// no longer send (deleted, or failed a re-check since the mail was accepted) fails the
-/// delivery: sending it unsigned from a domain that publishes DKIM and DMARC would only get it
-/// rejected or marked as spam.
-pub async fn signer_for(
-    state: &AppState,
-    tenant_id: &str,
-    sender: &str,
-) -> Result<Arc<DkimSigner>, SendError> {
-    let name = domain_of(sender);
-    let not_sendable = || SendError::Permanent {
-        reason: format!(
-            "the sending domain `{name}` is no longer verified (it was removed or failed a check after this \
-             notification was accepted)"
-        ),
-    };
-    if let Some(cached) = state.signers.get(tenant_id, &name) {
-        return cached.ok_or_else(not_sendable);
-    }
-    let domain = state.store.find_domain_by_name(tenant_id, &name).await.map_err(|e| {
-        SendError::Transient { reason: format!("cannot read the sending domain: {e}"), retry_after: None }
-    })?;
-    let signer = match domain {
-        Some(domain) if domain.verified_at.is_some() => {
-            let signer = keys::signer(&state.secret, &domain)
-                .map_err(|e| SendError::Permanent { reason: format!("cannot sign as `{name}`: {e}") })?;
-            Some(Arc::new(signer))
-        }
-        _ => None,
-    };
-    state.signers.put(tenant_id, &name, signer.clone());
-    signer.ok_or_else(not_sendable)
 }
 
 /// How many domains one daemon checks at once in the background.
@@ -322,6 +281,5 @@ mod tests {
         assert_eq!(strings[0].len(), 255);
         assert_eq!(strings.concat(), value);
         assert!(line.starts_with("herald._domainkey.mail.example.com. 3600 IN TXT \"v=DKIM1;"));
-        assert_eq!(domain_of("Ann@Mail.Example.COM"), "mail.example.com");
     }
 }

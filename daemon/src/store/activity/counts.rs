@@ -15,6 +15,8 @@
 
 use std::collections::BTreeMap;
 
+use herald_common::api::activity::ActivityStatus;
+
 use super::{ActivityFilter, Arg, Sql, conditions};
 use crate::store::{Conn, Engine, OTP_MAX_TTL_SECONDS, StoreResult};
 
@@ -101,13 +103,15 @@ fn counter_filters(filter: &ActivityFilter, sql: &mut Sql) -> (String, String, S
     if let Some(channel) = &filter.channel {
         scope.push_str(&format!(" AND channel = {}", sql.text(channel)));
     }
-    let (notification, otp) = match filter.status.as_deref() {
+    let (notification, otp) = match filter.status {
         None => (String::new(), String::new()),
         Some(status) => {
             let p = sql.text(status);
             let otp = match status {
-                "expired" => " AND status IN ('sent', 'sending', 'expired')".to_owned(),
-                "verified" | "tombstoned" | "failed" => format!(" AND status = {p}"),
+                ActivityStatus::Expired => " AND status IN ('sent', 'sending', 'expired')".to_owned(),
+                ActivityStatus::Verified | ActivityStatus::Tombstoned | ActivityStatus::Failed => {
+                    format!(" AND status = {p}")
+                }
                 _ => " AND 1 = 0".to_owned(),
             };
             (format!(" AND status = {p}"), otp)

@@ -8,27 +8,39 @@
 //! Filters are assembled from fixed SQL fragments with numbered parameters; no caller input is
 //! ever part of the SQL text.
 
+use herald_common::{
+    api::{activity::ActivityStatus, notifications::Channel},
+    ids::{ApplicationId, NotificationId, TenantId, TransactionId},
+};
+
 use super::{Conn, Engine, Store, StoreResult, execute, scalar};
 
-/// What to list. `status` is one of the feed's statuses (checked by the caller).
-#[derive(Clone, Debug, Default)]
+/// What to list.
+#[derive(Clone, Debug)]
 pub struct ActivityFilter {
-    pub tenant_id: String,
-    pub channel: Option<String>,
-    pub status: Option<String>,
-    pub application_id: Option<String>,
+    pub tenant_id: TenantId,
+    pub channel: Option<Channel>,
+    pub status: Option<ActivityStatus>,
+    pub application_id: Option<ApplicationId>,
     pub from: Option<i64>,
     pub to: Option<i64>,
 }
 
+impl ActivityFilter {
+    /// Everything of a tenant.
+    pub fn tenant(tenant_id: TenantId) -> Self {
+        Self { tenant_id, channel: None, status: None, application_id: None, from: None, to: None }
+    }
+}
+
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ActivityRow {
-    pub transaction_id: String,
-    pub application_id: String,
+    pub transaction_id: TransactionId,
+    pub application_id: ApplicationId,
     pub application_name: String,
-    pub channel: String,
+    pub channel: Channel,
     pub recipient_masked: String,
-    pub status: String,
+    pub status: ActivityStatus,
     pub failure_reason: Option<String>,
     pub retryable: bool,
     pub retry_count: i64,
@@ -71,8 +83,8 @@ struct Sql {
 }
 
 impl Sql {
-    fn text(&mut self, value: &str) -> String {
-        self.args.push(Arg::Text(value.to_owned()));
+    fn text(&mut self, value: impl AsRef<str>) -> String {
+        self.args.push(Arg::Text(value.as_ref().to_owned()));
         format!("${}", self.args.len())
     }
 
@@ -133,17 +145,23 @@ fn conditions(filter: &ActivityFilter, sql: &mut Sql, now: &str) -> (String, Str
         n.push_str(&format!(" AND n.created_at < {p}"));
         o.push_str(&format!(" AND o.created_at < {p}"));
     }
-    if let Some(status) = &filter.status {
+    if let Some(status) = filter.status {
         let p = sql.text(status);
         n.push_str(&format!(" AND n.status = {p}"));
         // The OTP half matches stored and derived statuses.
-        match status.as_str() {
-            "sent" => o.push_str(&format!(" AND o.status IN ('sent', 'sending') AND o.expires_at > {now}")),
-            "expired" => o.push_str(&format!(
+        match status {
+            ActivityStatus::Sent => {
+                o.push_str(&format!(" AND o.status IN ('sent', 'sending') AND o.expires_at > {now}"))
+            }
+            ActivityStatus::Expired => o.push_str(&format!(
                 " AND (o.status = 'expired' OR (o.status IN ('sent', 'sending') AND o.expires_at <= {now}))"
             )),
-            "verified" | "tombstoned" | "failed" => o.push_str(&format!(" AND o.status = {p}")),
-            _ => o.push_str(" AND 1 = 0"),
+            ActivityStatus::Verified | ActivityStatus::Tombstoned | ActivityStatus::Failed => {
+                o.push_str(&format!(" AND o.status = {p}"))
+            }
+            ActivityStatus::Queued | ActivityStatus::Sending | ActivityStatus::Delivered => {
+                o.push_str(" AND 1 = 0")
+            }
         }
     }
     (n, o)
@@ -315,11 +333,11 @@ impl Store {
     /// One item of a tenant's feed.
     pub async fn get_activity(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &TransactionId,
         now: i64,
     ) -> StoreResult<Option<ActivityRow>> {
-        let filter = ActivityFilter { tenant_id: tenant_id.to_owned(), ..Default::default() };
+        let filter = ActivityFilter::tenant(tenant_id.clone());
         let mut sql = Sql::default();
         let now_p = sql.int(now);
         let (n_where, o_where) = conditions(&filter, &mut sql, &now_p);
@@ -337,18 +355,21 @@ impl Store {
         Ok(dynamic!(&mut read.conn(), fetch_optional, query_as::<ActivityRow>, text, sql.args)?)
     }
 
-    /// Items of a tenant that changed at or after `since` (epoch ms), oldest change first, at
-    /// most `limit`, each once (its latest state).
+    /// Items of a tenant whose last change comes after `after` = (updated_at ms, transaction
+    /// id) in that order, oldest change first, at most `limit`, each once (its latest state).
+    /// Paging on the pair (not on the time alone) moves past any number of changes made in one
+    /// millisecond or one reorder window.
     pub async fn activity_changes(
         &self,
-        tenant_id: &str,
-        since: i64,
+        tenant_id: &TenantId,
+        after: (i64, &str),
         now: i64,
         limit: i64,
     ) -> StoreResult<Vec<ActivityRow>> {
         let mut sql = Sql::default();
         let tenant = sql.text(tenant_id);
-        let since_p = sql.int(since);
+        let at = sql.int(after.0);
+        let id = sql.text(after.1);
         let now_p = sql.int(now);
         let limit_p = sql.int(limit);
         let otp_columns = otp_columns(&now_p);
@@ -357,12 +378,16 @@ impl Store {
              FROM (
                  SELECT * FROM (
                      SELECT {NOTIFICATION_COLUMNS}
-                     FROM notifications n WHERE n.tenant_id = {tenant} AND n.updated_at >= {since_p}
+                     FROM notifications n
+                     WHERE n.tenant_id = {tenant} AND n.updated_at >= {at}
+                       AND (n.updated_at > {at} OR n.id > {id})
                      ORDER BY n.updated_at, n.id LIMIT {limit_p}) notification_changes
                  UNION ALL
                  SELECT * FROM (
                      SELECT {otp_columns}
-                     FROM otp_transactions o WHERE o.tenant_id = {tenant} AND o.updated_at >= {since_p}
+                     FROM otp_transactions o
+                     WHERE o.tenant_id = {tenant} AND o.updated_at >= {at}
+                       AND (o.updated_at > {at} OR o.id > {id})
                      ORDER BY o.updated_at, o.id LIMIT {limit_p}) otp_changes
                  ORDER BY updated_at, transaction_id LIMIT {limit_p}
              ) x JOIN applications a ON a.id = x.application_id
@@ -374,8 +399,13 @@ impl Store {
 
     /// Queues a failed, retryable notification again. Exactly one of any number of concurrent
     /// retries of one item succeeds (the conditional update is the arbiter).
-    pub async fn retry_notification(&self, tenant_id: &str, id: &str, now: i64) -> StoreResult<RetryResult> {
-        let (tenant, id) = (tenant_id.to_owned(), id.to_owned());
+    pub async fn retry_notification(
+        &self,
+        tenant_id: &TenantId,
+        id: &TransactionId,
+        now: i64,
+    ) -> StoreResult<RetryResult> {
+        let (tenant, id) = (tenant_id.clone(), id.clone());
         self.write(move |conn| {
             Box::pin(async move {
                 if requeue(conn, &tenant, &id, now).await? {
@@ -408,10 +438,11 @@ impl Store {
                     "SELECT n.id FROM notifications n WHERE {n_where} AND n.status = 'failed' AND n.retryable
                      ORDER BY n.created_at LIMIT {max_p}"
                 );
-                let ids: Vec<String> = dynamic!(conn, fetch_all, query_scalar::<String>, text, sql.args)?;
+                let ids: Vec<NotificationId> =
+                    dynamic!(conn, fetch_all, query_scalar::<NotificationId>, text, sql.args)?;
                 let mut queued = 0;
                 for id in ids {
-                    if requeue(conn, &filter.tenant_id, &id, now).await? {
+                    if requeue(conn, &filter.tenant_id, &TransactionId::Notification(id), now).await? {
                         queued += 1;
                     }
                 }
@@ -423,7 +454,7 @@ impl Store {
 }
 
 /// Sets a failed, retryable notification back to `queued` with a new delivery job.
-async fn requeue(conn: &mut Conn<'_>, tenant: &str, id: &str, now: i64) -> StoreResult<bool> {
+async fn requeue(conn: &mut Conn<'_>, tenant: &TenantId, id: &TransactionId, now: i64) -> StoreResult<bool> {
     let updated = execute!(
         conn,
         "UPDATE notifications SET status = 'queued', retry_count = retry_count + 1, retryable = FALSE,

@@ -16,26 +16,29 @@ use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKe
 use base64::{Engine, engine::general_purpose::STANDARD};
 use rand::RngExt;
 
-use crate::{delivery::dkim::DkimSigner, secret::ServerSecret, store::DomainRecord};
+use herald_common::ids::{DomainId, TenantId};
+
+use super::DkimSigner;
+use crate::secret::ServerSecret;
 
 const PURPOSE: &str = "herald.dkim.key.v1";
 
-fn cipher(secret: &ServerSecret, domain_id: &str) -> anyhow::Result<LessSafeKey> {
-    let key = secret.mac(PURPOSE, &[domain_id.as_bytes()]);
+fn cipher(secret: &ServerSecret, domain_id: &DomainId) -> anyhow::Result<LessSafeKey> {
+    let key = secret.mac(PURPOSE, &[domain_id.as_str().as_bytes()]);
     let key =
         UnboundKey::new(&AES_256_GCM, &key).map_err(|_| anyhow::anyhow!("cannot set up AES-256-GCM"))?;
     Ok(LessSafeKey::new(key))
 }
 
 /// Encrypts a private key (PKCS #8 DER) for storage with domain `domain_id`.
-pub fn seal(secret: &ServerSecret, domain_id: &str, pkcs8_der: &[u8]) -> anyhow::Result<String> {
+pub fn seal(secret: &ServerSecret, domain_id: &DomainId, pkcs8_der: &[u8]) -> anyhow::Result<String> {
     let mut nonce = [0u8; NONCE_LEN];
     rand::rng().fill(&mut nonce[..]);
     let mut sealed = pkcs8_der.to_vec();
     cipher(secret, domain_id)?
         .seal_in_place_append_tag(
             Nonce::assume_unique_for_key(nonce),
-            Aad::from(domain_id.as_bytes()),
+            Aad::from(domain_id.as_str().as_bytes()),
             &mut sealed,
         )
         .map_err(|_| anyhow::anyhow!("cannot encrypt the DKIM key"))?;
@@ -45,7 +48,7 @@ pub fn seal(secret: &ServerSecret, domain_id: &str, pkcs8_der: &[u8]) -> anyhow:
 }
 
 /// Decrypts what [`seal`] stored.
-pub fn open(secret: &ServerSecret, domain_id: &str, stored: &str) -> anyhow::Result<Vec<u8>> {
+pub fn open(secret: &ServerSecret, domain_id: &DomainId, stored: &str) -> anyhow::Result<Vec<u8>> {
     let bytes = STANDARD.decode(stored).map_err(|_| anyhow::anyhow!("the stored DKIM key is not base64"))?;
     if bytes.len() <= NONCE_LEN {
         anyhow::bail!("the stored DKIM key is truncated");
@@ -54,7 +57,7 @@ pub fn open(secret: &ServerSecret, domain_id: &str, stored: &str) -> anyhow::Res
     let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| anyhow::anyhow!("bad nonce"))?;
     let mut sealed = sealed.to_vec();
     let plain = cipher(secret, domain_id)?
-        .open_in_place(nonce, Aad::from(domain_id.as_bytes()), &mut sealed)
+        .open_in_place(nonce, Aad::from(domain_id.as_str().as_bytes()), &mut sealed)
         .map_err(|_| {
             anyhow::anyhow!(
                 "the DKIM key cannot be decrypted (was HERALD_SECRET changed since the domain was added?)"
@@ -73,37 +76,31 @@ type CachedSigner = (Instant, Option<Arc<DkimSigner>>);
 /// domain does not read and decrypt its key each time. `None` caches "not sendable".
 #[derive(Default)]
 pub struct SignerCache {
-    entries: Mutex<HashMap<(String, String), CachedSigner>>,
+    entries: Mutex<HashMap<(TenantId, String), CachedSigner>>,
 }
 
 impl SignerCache {
-    pub fn get(&self, tenant_id: &str, name: &str) -> Option<Option<Arc<DkimSigner>>> {
+    pub fn get(&self, tenant_id: &TenantId, name: &str) -> Option<Option<Arc<DkimSigner>>> {
         let entries = self.entries.lock().ok()?;
-        let (at, signer) = entries.get(&(tenant_id.to_owned(), name.to_owned()))?;
+        let (at, signer) = entries.get(&(tenant_id.clone(), name.to_owned()))?;
         (at.elapsed() < CACHE_TTL).then(|| signer.clone())
     }
 
-    pub fn put(&self, tenant_id: &str, name: &str, signer: Option<Arc<DkimSigner>>) {
+    pub fn put(&self, tenant_id: &TenantId, name: &str, signer: Option<Arc<DkimSigner>>) {
         if let Ok(mut entries) = self.entries.lock() {
             if entries.len() > 10_000 {
                 entries.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
             }
-            entries.insert((tenant_id.to_owned(), name.to_owned()), (Instant::now(), signer));
+            entries.insert((tenant_id.clone(), name.to_owned()), (Instant::now(), signer));
         }
     }
 
     /// Forgets a domain (after a check or a deletion changed whether it may send).
-    pub fn forget(&self, tenant_id: &str, name: &str) {
+    pub fn forget(&self, tenant_id: &TenantId, name: &str) {
         if let Ok(mut entries) = self.entries.lock() {
-            entries.remove(&(tenant_id.to_owned(), name.to_owned()));
+            entries.remove(&(tenant_id.clone(), name.to_owned()));
         }
     }
-}
-
-/// The signer for a stored domain.
-pub fn signer(secret: &ServerSecret, domain: &DomainRecord) -> anyhow::Result<DkimSigner> {
-    let der = open(secret, &domain.id, &domain.dkim_private_key)?;
-    DkimSigner::new(&domain.name, &domain.dkim_selector, &der)
 }
 
 #[cfg(test)]
@@ -114,16 +111,13 @@ mod tests {
     #[test]
     fn keys_round_trip_only_for_their_domain_and_secret() {
         let secret = ServerSecret::new(Secret::new("a".repeat(32)));
-        let stored = seal(&secret, "dom_1", b"private key bytes").unwrap();
+        let (one, two) = (DomainId::new(), DomainId::new());
+        let stored = seal(&secret, &one, b"private key bytes").unwrap();
         assert!(!stored.contains("private"));
-        assert_eq!(open(&secret, "dom_1", &stored).unwrap(), b"private key bytes");
-        assert!(open(&secret, "dom_2", &stored).is_err(), "bound to its domain");
+        assert_eq!(open(&secret, &one, &stored).unwrap(), b"private key bytes");
+        assert!(open(&secret, &two, &stored).is_err(), "bound to its domain");
         let other = ServerSecret::new(Secret::new("b".repeat(32)));
-        assert!(open(&other, "dom_1", &stored).unwrap_err().to_string().contains("HERALD_SECRET"));
-        assert_ne!(
-            seal(&secret, "dom_1", b"x").unwrap(),
-            seal(&secret, "dom_1", b"x").unwrap(),
-            "fresh nonces"
-        );
+        assert!(open(&other, &one, &stored).unwrap_err().to_string().contains("HERALD_SECRET"));
+        assert_ne!(seal(&secret, &one, b"x").unwrap(), seal(&secret, &one, b"x").unwrap(), "fresh nonces");
     }
 }

@@ -1,10 +1,13 @@
-//! DKIM (RFC 6376): generating a domain's RSA-2048 key pair, and signing a formatted message with
-//! `rsa-sha256` and `relaxed/relaxed` canonicalisation.
+//! DKIM (RFC 6376): generating a domain's RSA-2048 key pair, signing a formatted message with
+//! `rsa-sha256` and `relaxed/relaxed` canonicalisation, and (in [`keys`]) keeping private keys
+//! encrypted at rest and signers cached. A leaf: sending domains make keys, delivery signs.
 //!
 //! Signing is ours on top of aws-lc-rs rather than lettre's `dkim` feature, which signs with the
 //! `rsa` crate (RUSTSEC-2023-0071, a timing side channel with no fixed release); aws-lc-rs is
 //! already the daemon's crypto provider. What it produces is checked in the integration tests by
 //! an independent verifier (Python's dkimpy) against the record published in a real DNS server.
+
+pub mod keys;
 
 use aws_lc_rs::{
     encoding::{AsDer, Pkcs8V1Der, PublicKeyX509Der},
@@ -33,6 +36,11 @@ const SIGNED_FIELDS: &[&str] = &[
     "content-transfer-encoding",
     "list-unsubscribe",
 ];
+
+/// The domain part of an address, lower-cased (the sending domain whose key signs its mail).
+pub fn domain_of(address: &str) -> String {
+    address.rsplit_once('@').map(|(_, d)| d).unwrap_or_default().trim_end_matches('.').to_ascii_lowercase()
+}
 
 /// A new key pair: the private half as PKCS #8 DER, and the text of the public DKIM record.
 pub struct GeneratedKey {
@@ -220,6 +228,12 @@ fn relaxed_body(body: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sending_domain_is_the_lower_cased_domain_part() {
+        assert_eq!(domain_of("Ann@Mail.Example.COM"), "mail.example.com");
+        assert_eq!(domain_of("a@example.com."), "example.com");
+    }
 
     #[test]
     fn relaxed_canonicalisation_follows_rfc_6376_examples() {

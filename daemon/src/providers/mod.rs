@@ -1,15 +1,35 @@
 //! The provider of each channel, chosen by configuration, and how their failures are classified:
-//! transient (retry on the schedule) or permanent (fail now).
+//! transient (retry on the schedule) or permanent (fail now). Providers take an
+//! [`OutgoingMessage`]: the delivery workers make one from a queued notification, OTP sends from
+//! the code's message.
+
+mod email;
+mod http;
 
 use std::time::Duration;
 
 use herald_common::api::notifications::Channel;
 
-use super::{dkim::DkimSigner, email::EmailSender, http};
+use self::email::EmailSender;
 use crate::{
     config::{Config, SmsProvider, WhatsappProvider},
-    store::ClaimedDelivery,
+    dkim::DkimSigner,
 };
+
+/// A message to hand to a channel's provider.
+#[derive(Clone, Copy, Debug)]
+pub struct OutgoingMessage<'a> {
+    /// The notification's or OTP transaction's id: the email's `Message-ID` and `.eml` name.
+    pub id: &'a str,
+    pub channel: Channel,
+    pub recipient: &'a str,
+    pub recipient_masked: &'a str,
+    /// The `from` address (email); `None`: the configured default sender.
+    pub sender: Option<&'a str>,
+    pub subject: Option<&'a str>,
+    pub body: &'a str,
+    pub html_body: Option<&'a str>,
+}
 
 /// A provider accepted the message.
 #[derive(Debug)]
@@ -26,6 +46,13 @@ pub enum SendError {
 }
 
 impl SendError {
+    /// The failure's text.
+    pub fn reason(&self) -> &str {
+        match self {
+            SendError::Transient { reason, .. } | SendError::Permanent { reason } => reason,
+        }
+    }
+
     /// The same error with the raw recipient replaced by its mask: providers quote recipients in
     /// their errors (`<ann@example.com>: Recipient address rejected`), and failure reasons are
     /// shown in the API and the logs, where raw recipients never appear.
@@ -115,29 +142,32 @@ impl Providers {
         Ok(Self { email: EmailSender::new(config)?, sms, whatsapp })
     }
 
-    /// Hands `job` to its channel's provider; email from a tenant's own domain is signed with
-    /// `signer`.
-    pub async fn send(&self, job: &ClaimedDelivery, signer: Option<&DkimSigner>) -> Result<Sent, SendError> {
-        match Channel::parse(&job.channel) {
-            Some(Channel::Email) => self.email.send(job, signer).await,
-            Some(Channel::Sms) => match &self.sms {
-                Sms::Twilio(twilio) => twilio.send(&job.recipient, &job.body).await,
-                Sms::Log => Ok(logged(job)),
+    /// Hands `message` to its channel's provider; email from a tenant's own domain is signed
+    /// with `signer`. A failure's text never holds the raw recipient (it is masked).
+    pub async fn send(
+        &self,
+        message: &OutgoingMessage<'_>,
+        signer: Option<&DkimSigner>,
+    ) -> Result<Sent, SendError> {
+        let sent = match message.channel {
+            Channel::Email => self.email.send(message, signer).await,
+            Channel::Sms => match &self.sms {
+                Sms::Twilio(twilio) => twilio.send(message.recipient, message.body).await,
+                Sms::Log => Ok(logged(message)),
             },
-            Some(Channel::Whatsapp) => match &self.whatsapp {
-                Whatsapp::Meta(meta) => meta.send(&job.recipient, &job.body).await,
-                Whatsapp::Log => Ok(logged(job)),
+            Channel::Whatsapp => match &self.whatsapp {
+                Whatsapp::Meta(meta) => meta.send(message.recipient, message.body).await,
+                Whatsapp::Log => Ok(logged(message)),
             },
-            Some(Channel::InApp) | None => {
-                Err(SendError::Permanent { reason: format!("channel `{}` has no provider", job.channel) })
-            }
-        }
+            Channel::InApp => Err(SendError::Permanent { reason: "in_app has no provider".to_owned() }),
+        };
+        sent.map_err(|e| e.redact(message.recipient, message.recipient_masked))
     }
 }
 
 /// The `log` provider: records that the message would have been sent (with the recipient
 /// masked and without the body), for development.
-fn logged(job: &ClaimedDelivery) -> Sent {
+fn logged(job: &OutgoingMessage<'_>) -> Sent {
     tracing::info!(
         channel = %job.channel,
         recipient = %job.recipient_masked,

@@ -74,8 +74,8 @@ impl AsyncTokioStream for TlsSocket {
     }
 }
 
-use super::{SendError, Sent, dkim::DkimSigner};
-use crate::{config::Config, store::ClaimedDelivery};
+use super::{OutgoingMessage, SendError, Sent};
+use crate::{config::Config, dkim::DkimSigner};
 
 enum Transport {
     Smtp(SmtpPool),
@@ -311,30 +311,34 @@ impl EmailSender {
         Ok(Self { transport, default_from })
     }
 
-    fn message(&self, job: &ClaimedDelivery) -> Result<(Message, String), SendError> {
+    fn message(&self, job: &OutgoingMessage<'_>) -> Result<(Message, String), SendError> {
         let permanent =
             |what: &str, e: &dyn std::fmt::Display| SendError::Permanent { reason: format!("{what}: {e}") };
-        let from = match &job.sender {
+        let from = match job.sender {
             Some(sender) => sender.parse::<Mailbox>().map_err(|e| permanent("invalid sender", &e))?,
             None => self.default_from.clone(),
         };
         let to = job.recipient.parse::<Mailbox>().map_err(|e| permanent("invalid recipient", &e))?;
         let message_id = format!("<{}@{}>", job.id, from.email.domain());
         let mut builder = Message::builder().from(from).to(to).message_id(Some(message_id.clone()));
-        if let Some(subject) = &job.subject {
+        if let Some(subject) = job.subject {
             builder = builder.subject(subject);
         }
-        let message = match &job.html_body {
+        let message = match job.html_body {
             Some(html) => {
-                builder.multipart(MultiPart::alternative_plain_html(job.body.clone(), html.clone()))
+                builder.multipart(MultiPart::alternative_plain_html(job.body.to_owned(), html.to_owned()))
             }
-            None => builder.singlepart(SinglePart::plain(job.body.clone())),
+            None => builder.singlepart(SinglePart::plain(job.body.to_owned())),
         }
         .map_err(|e| permanent("cannot build the message", &e))?;
         Ok((message, message_id))
     }
 
-    pub async fn send(&self, job: &ClaimedDelivery, signer: Option<&DkimSigner>) -> Result<Sent, SendError> {
+    pub async fn send(
+        &self,
+        job: &OutgoingMessage<'_>,
+        signer: Option<&DkimSigner>,
+    ) -> Result<Sent, SendError> {
         let (message, message_id) = self.message(job)?;
         let bytes = match signer {
             Some(signer) => {

@@ -1,0 +1,118 @@
+//! `herald templates list|get|create|update|rm`: stored templates, their parts from files.
+
+use std::path::PathBuf;
+
+use herald_common::api::templates::{TemplateIn, TemplateOut};
+
+use super::read_file;
+use crate::{
+    context::Context,
+    exit::Fail,
+    output::{Output, Table, short},
+};
+
+#[derive(clap::Args)]
+pub struct Parts {
+    /// The template's name.
+    #[arg(long)]
+    name: String,
+    /// Subject (Jinja: `Welcome, {{ name }}`).
+    #[arg(long)]
+    subject: Option<String>,
+    /// Plain-text body.
+    #[arg(long, conflicts_with = "body_file")]
+    body: Option<String>,
+    /// Plain-text body from a file.
+    #[arg(long, value_name = "FILE")]
+    body_file: Option<PathBuf>,
+    /// HTML body from a file (values are escaped in it).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+}
+
+impl Parts {
+    fn template(self) -> Result<TemplateIn, Fail> {
+        let body = match (self.body, &self.body_file) {
+            (Some(body), _) => Some(body),
+            (None, Some(path)) => Some(read_file(path, "body file")?),
+            (None, None) => None,
+        };
+        let html_body = self.html.as_deref().map(|p| read_file(p, "HTML file")).transpose()?;
+        Ok(TemplateIn { name: self.name, subject: self.subject, body, html_body })
+    }
+}
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// The tenant's templates.
+    List,
+    /// One template with its parts.
+    Get { template_id: String },
+    /// Store a template.
+    Create(Parts),
+    /// Replace a template's name and parts.
+    Update {
+        template_id: String,
+        #[command(flatten)]
+        parts: Parts,
+    },
+    /// Delete a template.
+    Rm { template_id: String },
+}
+
+impl Command {
+    pub async fn exec(self, ctx: &Context) -> Result<(), Fail> {
+        let client = ctx.server()?;
+        match self {
+            Command::List => {
+                let list = client.templates().await?;
+                if ctx.out.format == crate::output::Format::Jsonl {
+                    for t in &list.templates {
+                        ctx.out.json(t)?;
+                    }
+                    return Ok(());
+                }
+                if ctx.out.is_json() {
+                    return ctx.out.json(&list);
+                }
+                let mut table = Table::new(&["ID", "NAME", "SUBJECT", "UPDATED"]);
+                for t in &list.templates {
+                    table.row(vec![
+                        t.template_id.to_string().into(),
+                        t.name.clone().into(),
+                        short(t.subject.as_deref().unwrap_or("-"), 40).into(),
+                        ctx.out.time(t.updated_at).into(),
+                    ]);
+                }
+                ctx.out.table(&table)
+            }
+            Command::Get { template_id } => show(&ctx.out, &client.template(&template_id).await?),
+            Command::Create(parts) => show(&ctx.out, &client.create_template(&parts.template()?).await?),
+            Command::Update { template_id, parts } => {
+                show(&ctx.out, &client.replace_template(&template_id, &parts.template()?).await?)
+            }
+            Command::Rm { template_id } => {
+                client.delete_template(&template_id).await?;
+                if !ctx.out.is_json() {
+                    ctx.out.line(&format!("deleted {template_id}"))?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn show(out: &Output, t: &TemplateOut) -> Result<(), Fail> {
+    if out.is_json() {
+        return out.json(t);
+    }
+    let part = |p: &Option<String>| p.clone().unwrap_or_else(|| "-".to_owned());
+    out.fields(&[
+        ("id", t.template_id.to_string().into()),
+        ("name", t.name.clone().into()),
+        ("subject", part(&t.subject).into()),
+        ("body", part(&t.body).into()),
+        ("html", part(&t.html_body).into()),
+        ("updated", out.time(t.updated_at).into()),
+    ])
+}

@@ -1,0 +1,187 @@
+//! The browser inbox reader (`/content/herald-inbox.js`) in a real headless Chromium, on a page
+//! of another origin, against the real daemon on both backends: items arrive in order, the
+//! stream survives a network cut, a daemon restart and a page reload without gaps or duplicates,
+//! the badge stays exact throughout, and an origin Herald does not grant is refused with an error
+//! the page hears.
+
+use std::time::Duration;
+
+use axum::{Router, response::Html, routing::get};
+use herald_common::api::{
+    inbox::InboxPatch,
+    notifications::{Channel, NotificationIn},
+};
+use herald_tests::{Backend, TestDaemon, both_backends, browser::Browser, peers::CutProxy};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The test page: loads the reader from Herald and records what it hears in `window.herald`.
+const PAGE: &str = r#"<!doctype html>
+<meta charset="utf-8"><title>Inbox</title>
+<p>Unread: <span id="badge">…</span></p>
+<script type="module">
+const q = new URLSearchParams(location.search);
+const record = (window.herald = { events: [], states: [], errors: [], unread: null, items: 0, state: null });
+try {
+  const { openInbox } = await import(q.get("herald") + "/content/herald-inbox.js");
+  window.inbox = openInbox({
+    baseUrl: q.get("herald"),
+    getToken: async () => q.get("token"),
+    lastEventId: sessionStorage.getItem("lastEventId"),
+    heartbeatSeconds: 1,
+    onEvent(type, data, id) {
+      if (type === "notification.created") record.events.push({ id, title: data.title });
+      if (id !== null) sessionStorage.setItem("lastEventId", id);
+    },
+    onChange({ unread, items }) {
+      record.unread = unread;
+      record.items = items.size;
+      document.getElementById("badge").textContent = unread;
+    },
+    onState(state) {
+      record.state = state;
+      record.states.push(state);
+    },
+    onError(error) {
+      record.errors.push({ status: error.status, code: error.code, message: error.message });
+    },
+  });
+} catch (error) {
+  record.errors.push({ status: -1, message: String(error) });
+}
+</script>
+"#;
+
+/// Serves the page on a port of its own: an origin other than Herald's.
+async fn page_server() -> String {
+    let app = Router::new().route("/inbox.html", get(|| async { Html(PAGE) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}")
+}
+
+fn titles(record: &Value) -> Vec<String> {
+    record["events"].as_array().unwrap().iter().map(|e| e["title"].as_str().unwrap().to_owned()).collect()
+}
+
+fn ids(record: &Value) -> Vec<u64> {
+    record["events"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().parse().unwrap()).collect()
+}
+
+async fn record(browser: &Browser) -> Value {
+    browser.eval("return window.herald").await
+}
+
+/// Waits until the page has heard `count` items since it loaded and shows `unread`.
+async fn until(browser: &Browser, what: &str, count: usize, unread: u64) -> Value {
+    let script = format!(
+        "const r = window.herald; return r && r.events.length >= {count} && r.unread === {unread} && r.state === 'live' ? r : null"
+    );
+    browser.wait_for(what, WAIT, &script).await
+}
+
+async fn send(d: &TestDaemon, key: &str, titles: &[&str]) {
+    let client = d.with_token(key);
+    for title in titles {
+        let mut n = NotificationIn::new(Channel::InApp, "ann", format!("{title} body"));
+        n.title = Some((*title).to_owned());
+        client.send_notification(&n, None).await.unwrap();
+    }
+}
+
+async fn inbox_in_a_browser(backend: Backend) {
+    let granted = page_server().await;
+    let refused = page_server().await;
+    let mut d = TestDaemon::start_with(
+        backend,
+        vec![("HERALD_CORS_ORIGINS", granted.clone()), ("HERALD_STREAM_HEARTBEAT_SECONDS", "1".to_owned())],
+    )
+    .await;
+    let boot = d.bootstrap().await;
+    let key = boot.api_key.clone();
+    let token = d.with_token(&key).user_token("ann", None).await.unwrap().token;
+    send(&d, &key, &["old 1", "old 2", "old 3"]).await;
+
+    // The page reaches Herald through a proxy that can cut the network.
+    let proxy = CutProxy::start(d.addr).await;
+    let browser = Browser::start().await;
+    let page = format!("{granted}/inbox.html?herald={}&token={token}", proxy.url());
+    browser.goto(&page).await;
+    // Three unread before the page opened: the badge, and the page of items.
+    let r = until(&browser, "the stream to open", 0, 3).await;
+    assert_eq!(r["errors"], serde_json::json!([]), "{r}");
+    browser.wait_for("the first page of items", WAIT, "return window.herald.items === 3").await;
+
+    // Live, in order.
+    send(&d, &key, &["live 1", "live 2", "live 3", "live 4", "live 5"]).await;
+    let r = until(&browser, "five live items", 5, 8).await;
+    assert_eq!(titles(&r), ["live 1", "live 2", "live 3", "live 4", "live 5"]);
+    assert_eq!(ids(&r), [4, 5, 6, 7, 8]);
+
+    // Read on another device: the badge follows.
+    let user = d.with_token(&token);
+    let newest = user.inbox(&[]).await.unwrap().notifications[0].id.clone();
+    user.patch_inbox_item(newest.as_str(), &InboxPatch { is_read: Some(true), archived: None })
+        .await
+        .unwrap();
+    browser.wait_for("the badge to drop", WAIT, "return window.herald.unread === 7").await;
+
+    // The network goes away (the reader notices the silence), two items arrive meanwhile, the
+    // network comes back: they are replayed once each, and the badge counts them once.
+    proxy.cut();
+    browser
+        .wait_for("the reader to notice the cut", WAIT, "return window.herald.state === 'reconnecting'")
+        .await;
+    send(&d, &key, &["cut 1", "cut 2"]).await;
+    proxy.restore();
+    let r = until(&browser, "the items sent during the cut", 7, 9).await;
+    assert_eq!(ids(&r), [4, 5, 6, 7, 8, 9, 10], "no gap, no duplicate: {r}");
+
+    // The daemon restarts (the server ends the stream); one item arrives after.
+    d = d.restart().await;
+    send(&d, &key, &["after restart"]).await;
+    let r = until(&browser, "the item after the restart", 8, 10).await;
+    assert_eq!(ids(&r), [4, 5, 6, 7, 8, 9, 10, 11], "{r}");
+
+    // The page reloads and resumes from the id it saved: items sent while it was loading are
+    // replayed, nothing before them is.
+    browser.eval("location.reload(); return true").await;
+    send(&d, &key, &["during reload 1", "during reload 2"]).await;
+    let r = until(&browser, "the reloaded page to catch up", 2, 12).await;
+    assert_eq!(titles(&r), ["during reload 1", "during reload 2"], "{r}");
+    assert_eq!(ids(&r), [12, 13]);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let r = record(&browser).await;
+    assert_eq!(
+        (ids(&r), r["unread"].as_u64()),
+        (vec![12, 13], Some(12)),
+        "nothing more, the badge exact: {r}"
+    );
+
+    // A page from an origin Herald does not grant loads the reader but is refused, and hears so.
+    browser.goto(&format!("{refused}/inbox.html?herald={}&token={token}", proxy.url())).await;
+    let errors = browser
+        .wait_for(
+            "the refusal",
+            WAIT,
+            "const e = window.herald && window.herald.errors; return e && e.length ? e : null",
+        )
+        .await;
+    let message = errors[0]["message"].as_str().unwrap();
+    assert!(message.contains("HERALD_CORS_ORIGINS"), "the error names the likely cause: {errors}");
+    assert_eq!(errors[0]["status"], 0, "{errors}");
+    let r = record(&browser).await;
+    assert_eq!(
+        (r["events"].as_array().unwrap().len(), r["state"].as_str()),
+        (0, Some("reconnecting")),
+        "{r}"
+    );
+
+    browser.stop().await;
+    d.stop().await;
+}
+both_backends!(inbox_in_a_browser_on_each_backend, inbox_in_a_browser);

@@ -1,0 +1,520 @@
+//! The `herald` CLI as a person or a script uses it: the real binary against the real daemon, on
+//! both backends. Every command's happy path and error path, the exit codes, `--json` equal to
+//! the API's own JSON, a follow that survives the daemon's restart, a bulk send interrupted and
+//! run again (each recipient gets one message), a closed pipe, and colour only on a terminal.
+
+use std::{collections::BTreeMap, path::Path, process::Stdio, time::Duration};
+
+use herald_common::{
+    Scope,
+    api::{admin::Bootstrapped, notifications::Channel},
+    client::{ActivityQuery, Client},
+};
+use herald_tests::{Backend, TestDaemon, both_backends, eventually, peers::SmtpSink};
+use serde_json::Value;
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::Command,
+};
+
+const HERALD: &str = env!("CARGO_BIN_EXE_herald-it");
+const WAIT: Duration = Duration::from_secs(10);
+
+/// What a run printed and how it ended.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    #[track_caller]
+    pub fn ok(&self) -> &str {
+        assert_eq!(self.code, 0, "exit code; stderr:\n{}\nstdout:\n{}", self.stderr, self.stdout);
+        &self.stdout
+    }
+
+    #[track_caller]
+    pub fn json(&self) -> Value {
+        serde_json::from_str(self.ok()).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", self.stdout))
+    }
+
+    #[track_caller]
+    fn failed(&self, code: i32, needle: &str) {
+        assert_eq!(self.code, code, "exit code; stderr:\n{}", self.stderr);
+        assert!(self.stderr.contains(needle), "stderr lacks `{needle}`:\n{}", self.stderr);
+    }
+}
+
+/// The CLI pointed at a daemon with one tenant's credentials, in a clean environment.
+pub(crate) struct Cli {
+    pub url: String,
+    pub boot: Bootstrapped,
+    pub operator: String,
+    home: tempfile::TempDir,
+}
+
+impl Cli {
+    pub async fn new(d: &TestDaemon) -> Cli {
+        let boot = d.bootstrap().await;
+        let operator = d.idp.operator_token(&boot.tenant_id, &Scope::ALL);
+        Cli { url: d.url.clone(), boot, operator, home: tempfile::tempdir().unwrap() }
+    }
+
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(HERALD);
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("HERALD_CLI_CONFIG", self.home.path().join("cli.toml"))
+            .env("HERALD_URL", &self.url)
+            .env("HERALD_API_KEY", &self.boot.api_key)
+            .env("HERALD_OPERATOR_TOKEN", &self.operator)
+            .current_dir(self.home.path())
+            .kill_on_drop(true);
+        command
+    }
+
+    pub async fn run(&self, args: &[&str]) -> Run {
+        run(self.command().args(args)).await
+    }
+
+    /// Stores a template with the CLI; its id.
+    async fn template(&self, name: &str, subject: &str, body: &str) -> String {
+        let args = ["templates", "create", "--name", name, "--subject", subject, "--body", body, "--json"];
+        let template = self.run(&args).await.json();
+        template["template_id"].as_str().unwrap().to_owned()
+    }
+
+    fn api(&self) -> Client {
+        Client::new(&self.url).with_token(&self.boot.api_key)
+    }
+
+    /// The API's own JSON for `path`, with the operator token.
+    async fn api_json(&self, path: &str) -> Value {
+        let response = Client::new(&self.url)
+            .with_token(&self.operator)
+            .request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success(), "{path}: {}", response.status());
+        response.json().await.unwrap()
+    }
+}
+
+pub(crate) async fn run(command: &mut Command) -> Run {
+    let output = command.stdin(Stdio::null()).output().await.expect("run herald");
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn smtp_env(smtp: &SmtpSink) -> Vec<(&'static str, String)> {
+    vec![("HERALD_SMTP_URL", smtp.url()), ("HERALD_RETRY_SCHEDULE", "100ms".to_owned())]
+}
+
+async fn every_command(backend: Backend) {
+    let smtp = SmtpSink::start().await;
+    let d = TestDaemon::start_with(backend, smtp_env(&smtp)).await;
+    let cli = Cli::new(&d).await;
+
+    // Health and identity.
+    let health = cli.run(&["health"]).await;
+    assert!(health.ok().contains("delivery-workers") && health.ok().contains("running"), "{}", health.stdout);
+    assert_eq!(cli.run(&["whoami", "--json"]).await.json()["kind"], "api_key");
+
+    // Send, then look it up: the CLI's JSON is the API's JSON.
+    let sent = cli
+        .run(&[
+            "send",
+            "--channel",
+            "email",
+            "--to",
+            "ann@example.com",
+            "--subject",
+            "Hi",
+            "--body",
+            "Hello",
+            "--json",
+        ])
+        .await
+        .json();
+    assert_eq!(
+        (sent["status"].as_str(), sent["delivery_status"].as_str()),
+        (Some("accepted"), Some("queued"))
+    );
+    let id = sent["notification_id"].as_str().unwrap().to_owned();
+    smtp.wait_for(1, WAIT).await;
+    let shown = eventually("the email to be sent", WAIT, || async {
+        let shown = cli.run(&["notifications", "get", &id, "--json"]).await.json();
+        (shown["delivery_status"] == "sent").then_some(shown)
+    })
+    .await;
+    assert_eq!(shown, cli.api_json(&format!("/api/v1/notifications/{id}")).await);
+    let table = cli.run(&["notifications", "get", &id]).await;
+    assert!(table.ok().contains("a*n@example.com") && table.ok().contains("sent"), "{}", table.stdout);
+    // Bad input: every field error, exit 2.
+    cli.run(&["send", "--channel", "sms", "--to", "555", "--body", "x"]).await.failed(2, "recipient");
+    cli.run(&["send", "--channel", "email", "--to", "a@example.com"]).await.failed(2, "body");
+    // A template with variables, and in-app data.
+    let template_id = cli.template("welcome", "Hi {{ name }}", "Hello {{ name }}").await;
+    cli.run(&[
+        "send",
+        "--channel",
+        "email",
+        "--to",
+        "bo@example.com",
+        "--template",
+        &template_id,
+        "--var",
+        "name=Bo",
+    ])
+    .await
+    .ok();
+    let mail = smtp.wait_for(2, WAIT).await.remove(1);
+    assert!(mail.raw.contains("Hello Bo"), "{}", mail.raw);
+    cli.run(&[
+        "send",
+        "--channel",
+        "in_app",
+        "--to",
+        "ann",
+        "--title",
+        "Welcome",
+        "--body",
+        "Hi",
+        "--data",
+        "category=test",
+    ])
+    .await
+    .ok();
+
+    // Templates.
+    assert!(cli.run(&["templates", "list"]).await.ok().contains("welcome"));
+    cli.run(&["templates", "update", &template_id, "--name", "welcome2", "--body", "Hey"]).await.ok();
+    assert_eq!(cli.run(&["templates", "get", &template_id, "--json"]).await.json()["name"], "welcome2");
+    cli.run(&["templates", "rm", &template_id]).await.ok();
+    cli.run(&["templates", "get", &template_id]).await.failed(4, "not_found");
+
+    // OTP: the code arrives at the SMTP peer; a wrong one says how many tries are left.
+    let otp = cli
+        .run(&["otp", "send", "--channel", "email", "--to", "otp@example.com", "--length", "4", "--json"])
+        .await
+        .json();
+    let transaction = otp["transaction_id"].as_str().unwrap().to_owned();
+    let mail = smtp.wait_for(3, WAIT).await.remove(2);
+    let code: String = mail.raw.split("code is ").nth(1).unwrap().chars().take(4).collect();
+    let wrong = if code == "0000" { "1111" } else { "0000" };
+    let refused = cli.run(&["otp", "verify", &transaction, wrong]).await;
+    refused.failed(1, "otp_invalid_code");
+    assert!(refused.stderr.contains("attempts remaining: 4"), "{}", refused.stderr);
+    assert_eq!(cli.run(&["otp", "verify", &transaction, &code, "--json"]).await.json()["status"], "verified");
+    cli.run(&["otp", "verify", &transaction, &code]).await.failed(5, "otp_already_verified");
+    cli.run(&["otp", "verify", "otp_01kqzs0000000000000000000c", "1234"]).await.failed(4, "not_found");
+
+    // Domains.
+    let added = cli.run(&["domains", "add", "mail.example.com"]).await;
+    let text = added.ok();
+    assert!(text.contains("_herald-challenge.mail.example.com") && text.contains("IN TXT"), "{text}");
+    let listed = cli.run(&["domains", "list", "--json"]).await.json();
+    let domain_id = listed["domains"][0]["domain_id"].as_str().unwrap().to_owned();
+    assert_eq!(listed, cli.api_json("/api/v1/domains").await);
+    let checked = cli.run(&["domains", "verify", &domain_id]).await;
+    assert!(checked.ok().contains("ownership"), "{}", checked.stdout);
+    cli.run(&["domains", "verify", &domain_id, "--wait", "--timeout", "1s", "--interval", "100ms"])
+        .await
+        .failed(1, "the domain is");
+    cli.run(&["domains", "rm", &domain_id]).await.ok();
+    cli.run(&["domains", "get", &domain_id]).await.failed(4, "not_found");
+    cli.run(&["domains", "add", "not a domain"]).await.failed(2, "name");
+
+    // Activity: the list, its JSON, one item, and a retry that is refused.
+    let feed = cli.run(&["activity", "list"]).await;
+    assert!(feed.ok().contains(&id), "{}", feed.stdout);
+    let page = cli.run(&["activity", "list", "--json", "--limit", "5"]).await.json();
+    assert_eq!(page, cli.api_json("/api/v1/activity?limit=5").await);
+    let all = cli.run(&["activity", "list", "--all", "--limit", "2", "--jsonl"]).await;
+    assert_eq!(all.ok().lines().count(), page["total_count"].as_u64().unwrap() as usize, "every page");
+    let detail = cli.run(&["activity", "get", &id]).await;
+    assert!(detail.ok().contains("ATTEMPT") && detail.ok().contains("sent"), "{}", detail.stdout);
+    cli.run(&["activity", "retry", &id]).await.failed(5, "not_retryable");
+    cli.run(&["activity", "get", "notif_nope"]).await.failed(4, "not_found");
+    cli.run(&["activity", "list", "--status", "lost"]).await.failed(2, "lost");
+
+    // The inbox, with a minted token.
+    let inbox = cli.run(&["inbox", "--user", "ann", "--json"]).await.json();
+    assert_eq!(inbox["unread_count"], 1);
+    let item = inbox["notifications"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(cli.run(&["inbox", "--user", "ann", "read", &item, "--json"]).await.json()["is_read"], true);
+    assert!(cli.run(&["inbox", "--user", "ann"]).await.ok().contains("0 unread"));
+    cli.run(&["inbox", "--user", "ann", "unread", &item]).await.ok();
+    assert_eq!(cli.run(&["inbox", "--user", "ann", "read-all", "--json"]).await.json()["updated"], 1);
+    cli.run(&["inbox"]).await.failed(2, "--user");
+    cli.run(&["inbox", "--user", "ann", "read", "inapp_nope"]).await.failed(4, "not_found");
+
+    // Tokens.
+    let token = cli.run(&["token", "user", "ann", "--ttl", "600", "--json"]).await.json();
+    let me = Client::new(&cli.url).with_token(token["token"].as_str().unwrap()).current_user().await.unwrap();
+    assert_eq!(me.user_id, "ann");
+    cli.run(&["token", "user", "ann", "--ttl", "5"]).await.failed(2, "ttl_seconds");
+    d.stop().await;
+}
+both_backends!(cli_every_command_on_each_backend, every_command);
+
+/// Exit codes for credentials and the network, a closed pipe, completions and man pages.
+#[tokio::test]
+async fn cli_exit_codes_and_conventions() {
+    let d = TestDaemon::start(Backend::Sqlite).await;
+    let cli = Cli::new(&d).await;
+    for i in 0..30 {
+        cli.api()
+            .send_notification(
+                &herald_common::api::notifications::NotificationIn::new(
+                    Channel::Sms,
+                    "+14155550100",
+                    format!("n{i}"),
+                ),
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    // Authentication: 3.
+    run(cli.command().env("HERALD_API_KEY", "hk_wrong").args([
+        "send",
+        "--channel",
+        "sms",
+        "--to",
+        "+14155550100",
+        "--body",
+        "x",
+    ]))
+    .await
+    .failed(3, "unauthorized");
+    run(cli.command().env_remove("HERALD_API_KEY").args(["templates", "list"]))
+        .await
+        .failed(3, "HERALD_API_KEY");
+    let narrow = d.idp.operator_token(&cli.boot.tenant_id, &[Scope::ActivityRead]);
+    run(cli.command().env("HERALD_OPERATOR_TOKEN", narrow).args([
+        "activity",
+        "retry",
+        "notif_01kqzs0000000000000000000c",
+    ]))
+    .await
+    .failed(3, "insufficient_scope");
+    // Usage: 2 (clap's own too).
+    cli.run(&["send", "--channel", "carrier-pigeon", "--to", "x", "--body", "x"])
+        .await
+        .failed(2, "carrier-pigeon");
+    cli.run(&["activity", "retry"]).await.failed(2, "<IDS>");
+    run(cli.command().args(["--profile", "nope", "health"])).await.failed(2, "no profile `nope`");
+    // Not reachable: 7.
+    run(cli.command().env("HERALD_URL", "http://127.0.0.1:9").arg("health"))
+        .await
+        .failed(7, "cannot reach Herald");
+
+    // A closed pipe ends the command quietly: `herald activity list --all | head -1`.
+    let mut child = cli
+        .command()
+        .args(["activity", "list", "--all", "--limit", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = stdout.next_line().await.unwrap().unwrap();
+    assert!(first.starts_with("ID"), "{first}");
+    drop(stdout);
+    let output = child.wait_with_output().await.unwrap();
+    assert_eq!(output.status.code(), Some(0), "quiet exit: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.stderr.is_empty(), "nothing on stderr: {}", String::from_utf8_lossy(&output.stderr));
+
+    // Completions and man pages, offline.
+    for shell in ["bash", "zsh", "fish"] {
+        let script = cli.run(&["completions", shell]).await;
+        assert!(script.ok().contains("herald"), "{shell}");
+    }
+    assert!(cli.run(&["man"]).await.ok().contains(".TH herald"));
+    let pages = cli.home.path().join("man");
+    cli.run(&["man", "--dir", pages.to_str().unwrap()]).await.ok();
+    assert!(pages.join("herald-activity-retry.1").exists());
+    d.stop().await;
+}
+
+/// Colour only on a terminal, and never with `NO_COLOR`: the CLI run in a real terminal (tmux).
+#[tokio::test]
+async fn cli_colour_only_on_a_terminal_without_no_color() {
+    let d = TestDaemon::start(Backend::Sqlite).await;
+    let cli = Cli::new(&d).await;
+    let colored = crate::terminal::Terminal::start(&cli, "herald-colour", &["health"], &[]).await;
+    let screen = eventually("health on the terminal", WAIT, || async {
+        let screen = colored.capture_escapes().await;
+        screen.contains("running").then_some(screen)
+    })
+    .await;
+    assert!(screen.contains("\u{1b}["), "colour on a terminal: {screen:?}");
+    let plain =
+        crate::terminal::Terminal::start(&cli, "herald-nocolour", &["health"], &[("NO_COLOR", "1")]).await;
+    let screen = eventually("health on the terminal", WAIT, || async {
+        let screen = plain.capture_escapes().await;
+        screen.contains("running").then_some(screen)
+    })
+    .await;
+    assert!(!screen.contains("\u{1b}[3"), "no colour with NO_COLOR: {screen:?}");
+    // Piped: no colour either.
+    assert!(!cli.run(&["health"]).await.ok().contains('\u{1b}'));
+    d.stop().await;
+}
+
+/// `activity list --follow` across a restart of the daemon: every event once, in order, including
+/// those created while the follower was reconnecting.
+async fn follow_survives_a_restart(backend: Backend) {
+    let d = TestDaemon::start(backend).await;
+    let cli = Cli::new(&d).await;
+    let mut child = cli
+        .command()
+        .args(["activity", "list", "--follow", "--jsonl"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = tx.send(serde_json::from_str(&line).unwrap_or_else(|_| panic!("a JSON line: {line}")));
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut sent = Vec::new();
+    for i in 0..5 {
+        sent.push(send_in_app(&cli.api(), i).await);
+    }
+    let mut events: Vec<Value> = Vec::new();
+    receive(&mut rx, &mut events, 5).await;
+    let d = d.restart().await;
+    // Created while the follower waits to reconnect: replayed from its Last-Event-ID.
+    for i in 5..10 {
+        sent.push(send_in_app(&cli.api(), i).await);
+    }
+    receive(&mut rx, &mut events, 10).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    while let Ok(extra) = rx.try_recv() {
+        events.push(extra);
+    }
+    let ids: Vec<&str> = events.iter().map(|e| e["item"]["transaction_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, sent.iter().map(String::as_str).collect::<Vec<_>>(), "every event once, in order");
+    let event_ids: Vec<&str> = events.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    let mut sorted = event_ids.clone();
+    sorted.sort_by_key(|id| {
+        let (ms, rest) = id.split_once('-').unwrap();
+        (ms.parse::<i64>().unwrap(), rest.to_owned())
+    });
+    assert_eq!(event_ids, sorted, "ascending event ids");
+    let _ = child.start_kill();
+    d.stop().await;
+}
+both_backends!(cli_follow_survives_a_restart_on_each_backend, follow_survives_a_restart);
+
+async fn send_in_app(api: &Client, i: usize) -> String {
+    let mut n =
+        herald_common::api::notifications::NotificationIn::new(Channel::InApp, format!("user{i}"), "x");
+    n.title = Some(format!("t{i}"));
+    api.send_notification(&n, None).await.unwrap().notification_id.to_string()
+}
+
+/// Waits until `events` holds `count` lines of the follow.
+async fn receive(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>,
+    events: &mut Vec<Value>,
+    count: usize,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while events.len() < count {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(event)) => events.push(event),
+            _ => panic!("{} of {count} events arrived: {events:#?}", events.len()),
+        }
+    }
+}
+
+fn write_rows(path: &Path, rows: usize) {
+    let mut text = String::from("recipient,name\n");
+    for i in 0..rows {
+        text.push_str(&format!("bulk{i}@example.com,Person {i}\n"));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// A bulk send of 1,000 rows interrupted part-way (SIGINT) and run again: each recipient gets
+/// exactly one message at the SMTP peer.
+async fn bulk_send_resumes(backend: Backend) {
+    let smtp = SmtpSink::start().await;
+    let d = TestDaemon::start_with(backend, smtp_env(&smtp)).await;
+    let cli = Cli::new(&d).await;
+    let template_id = cli.template("bulk", "For {{ name }}", "Hello {{ name }}").await;
+    let file = cli.home.path().join("list.csv");
+    write_rows(&file, 1_000);
+    let args = [
+        "send",
+        "--channel",
+        "email",
+        "--template",
+        &template_id,
+        "--file",
+        "list.csv",
+        "--concurrency",
+        "4",
+        // Slow enough that the interrupt lands part-way even on a loaded machine.
+        "--rate",
+        "250",
+    ];
+    let child = cli.command().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Interrupt once the daemon has accepted some rows: what the CLI has done, not how far the
+    // delivery workers (which may lag on a loaded machine) have got.
+    let operator = d.with_token(&cli.operator);
+    let query = ActivityQuery { channel: Some("email".into()), limit: Some(1), ..Default::default() };
+    eventually("some rows to be accepted", Duration::from_secs(30), || async {
+        (operator.activity(&query).await.unwrap().total_count >= 100).then_some(())
+    })
+    .await;
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let output = child.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(130),
+        "interrupted: {stderr}\n{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert!(stderr.contains("Run the same command again to resume"), "{stderr}");
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(summary.contains("not tried"), "the summary counts what was left: {summary}");
+
+    let rerun = cli.run(&args).await;
+    let text = rerun.ok();
+    assert!(text.contains("already sent"), "{text}");
+    let mail = smtp.wait_for(1_000, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mail = if smtp.messages().len() > mail.len() { smtp.messages() } else { mail };
+    let mut per_recipient: BTreeMap<String, usize> = BTreeMap::new();
+    for m in &mail {
+        for to in &m.rcpt_tos {
+            *per_recipient.entry(to.clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(per_recipient.len(), 1_000, "every recipient");
+    let twice: Vec<_> = per_recipient.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "each exactly once: {twice:?}");
+    // And a third run sends nothing at all.
+    let third = cli.run(&[&args[..], &["--json"]].concat()).await.json();
+    assert_eq!((third["sent"].as_u64(), third["already_sent"].as_u64()), (Some(0), Some(1_000)));
+    d.stop().await;
+}
+both_backends!(cli_bulk_send_resumes_on_each_backend, bulk_send_resumes);
