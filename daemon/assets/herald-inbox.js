@@ -158,10 +158,11 @@ export function openInbox({
       setState("live", { connectionId: data.connection_id });
     } else if (type === "notification.created" || type === "notification.updated") {
       const before = items.get(data.id);
-      if (type === "notification.created" && id !== null && Number(id) <= readyLast) {
-        // Replayed after Last-Event-ID: connection.ready already counted it as it is now.
-      } else if (type === "notification.created" && !before) {
-        unread += counted(data) ? 1 : 0;
+      if (type === "notification.created") {
+        // Replayed after Last-Event-ID (an id not above connection.ready's): ready already
+        // counted it as it is now. Newer: created after ready's count, so it adds itself, even
+        // when the first page (read at another moment) already holds it.
+        if (id === null || Number(id) > readyLast) unread += counted(data) ? 1 : 0;
       } else if (seenIn.get(data.id) === connection) {
         unread += (counted(data) ? 1 : 0) - (counted(before) ? 1 : 0);
       } else {

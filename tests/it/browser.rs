@@ -185,3 +185,100 @@ async fn inbox_in_a_browser(backend: Backend) {
     d.stop().await;
 }
 both_backends!(inbox_in_a_browser_on_each_backend, inbox_in_a_browser);
+
+/// A page where `fetch` is scripted: the reader's first page and its count requests are
+/// answered at once, and the test writes the stream's bytes itself (`window.script.push`), so an
+/// interleaving that the live daemon produces only now and then happens every time.
+const SCRIPTED_PAGE: &str = r#"<!doctype html>
+<meta charset="utf-8"><title>Scripted inbox</title>
+<script type="module">
+const q = new URLSearchParams(location.search);
+const encoder = new TextEncoder();
+let stream;
+const script = (window.script = { recounts: 0, unread: null, items: 0, state: null, errors: [] });
+script.push = (text) => stream.enqueue(encoder.encode(text));
+const json = (body) => new Response(JSON.stringify(body), { headers: { "Content-Type": "application/json" } });
+window.fetch = async (url) => {
+  const u = new URL(url);
+  if (u.pathname === "/api/v1/in-app/stream") {
+    const body = new ReadableStream({ start(controller) { stream = controller; } });
+    return new Response(body, { headers: { "Content-Type": "text/event-stream" } });
+  }
+  if (u.searchParams.get("limit") === "1") {
+    script.recounts += 1;
+    return json({ notifications: [], unread_count: 3, total_count: 3 });
+  }
+  // The first page, read after item 6 was created but before the stream's connection.ready.
+  const item = { id: "i6", title: "six", body: "", data: {}, is_read: false, archived: false,
+                 created_at: "2026-11-24T00:00:00Z" };
+  return json({ notifications: [item], unread_count: 2, total_count: 2 });
+};
+try {
+  const { openInbox } = await import(q.get("herald") + "/content/herald-inbox.js");
+  window.inbox = openInbox({
+    baseUrl: "http://scripted.invalid",
+    getToken: async () => "token",
+    onChange({ unread, items }) {
+      script.unread = unread;
+      script.items = items.size;
+    },
+    onState(state) { script.state = state; },
+    onError(error) { script.errors.push(error.message); },
+  });
+} catch (error) {
+  script.errors.push(String(error));
+}
+</script>
+"#;
+
+fn created(id: u32, read: bool) -> String {
+    let item = serde_json::json!({
+        "id": format!("i{id}"), "title": "t", "body": "", "data": {}, "is_read": read, "archived": false,
+        "created_at": "2026-11-24T00:00:00Z",
+    });
+    format!("event: notification.created\nid: {id}\ndata: {item}\n\n")
+}
+
+/// The badge counts an item created after `connection.ready` once, even when the first page
+/// (read at another moment) already holds it; it once took such an item for an update to an
+/// unknown item, asked the API for the count (which by then included the next item) and then
+/// counted that next item again: 13 shown for 12 unread after a page reload, now and then.
+#[tokio::test]
+async fn the_badge_counts_an_item_the_first_page_already_holds_once() {
+    let d = TestDaemon::start(Backend::Sqlite).await;
+    let app = Router::new().route("/scripted.html", get(|| async { Html(SCRIPTED_PAGE) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let browser = Browser::start().await;
+    browser.goto(&format!("{origin}/scripted.html?herald={}", d.url)).await;
+    browser.wait_for("the first page", WAIT, "return window.script.items === 1 && window.script").await;
+
+    let push = |text: String| format!("window.script.push({}); return true", serde_json::json!(text));
+    let ready = r#"{"connection_id":"c1","unread_count":1,"last_event_id":"5"}"#;
+    browser.eval(&push(format!("event: connection.ready\ndata: {ready}\n\n"))).await;
+    browser
+        .wait_for("ready", WAIT, "return window.script.state === 'live' && window.script.unread === 1")
+        .await;
+    // Item 6 (on the first page) and item 7 (not) were created after ready's count: one each.
+    browser.eval(&push(created(6, false))).await;
+    browser.eval(&push(created(7, false))).await;
+    // A replayed item (5, not above ready's last_event_id) is in ready's count already.
+    browser.eval(&push(created(5, false))).await;
+    let script = browser
+        .wait_for("the created items", WAIT, "return window.script.items === 3 && window.script")
+        .await;
+    assert_eq!((script["unread"].as_u64(), script["recounts"].as_u64()), (Some(3), Some(0)), "{script}");
+    assert_eq!(script["errors"], serde_json::json!([]), "{script}");
+    // Item 6 read elsewhere: this connection saw its state, so the badge moves by one.
+    let read = serde_json::json!({"id": "i6", "title": "t", "body": "", "data": {}, "is_read": true,
+                                   "archived": false, "created_at": "2026-11-24T00:00:00Z"});
+    browser.eval(&push(format!("event: notification.updated\ndata: {read}\n\n"))).await;
+    let script =
+        browser.wait_for("the read", WAIT, "return window.script.unread === 2 && window.script").await;
+    assert_eq!(script["recounts"].as_u64(), Some(0), "{script}");
+    browser.stop().await;
+    d.stop().await;
+}
