@@ -9,6 +9,7 @@
 
 mod activity;
 mod cli;
+mod costs;
 mod http;
 mod load;
 mod smtp;
@@ -348,6 +349,12 @@ async fn dispatch(
 
     let health: load::MakeRequest = Arc::new(|_| (Method::GET, "/healthz".into(), None));
     let floor = load::run(&d.url, None, requests, concurrency, health, nothing.clone()).await;
+    let pgbench = match backend {
+        Backend::Postgres => Some(costs::pgbench_single_row_inserts(&database_url, dir.path(), 10).await?),
+        Backend::Sqlite => None,
+    };
+    let http = reqwest::Client::new();
+    let pid = d.child.id();
 
     let in_app: load::MakeRequest = Arc::new(|i| {
         (
@@ -359,8 +366,10 @@ async fn dispatch(
             })),
         )
     });
+    let before = costs::sample(&http, &d.url, pid).await?;
     let in_app =
         load::run(&d.url, Some(&d.boot.api_key), requests, concurrency, in_app, nothing.clone()).await;
+    let in_app_cost = before.until(&costs::sample(&http, &d.url, pid).await?, in_app.ok);
 
     let accepted_at = Arc::new(Mutex::new(vec![None::<Instant>; requests]));
     let record = accepted_at.clone();
@@ -374,6 +383,7 @@ async fn dispatch(
             })),
         )
     });
+    let before = costs::sample(&http, &d.url, pid).await?;
     let email_started = Instant::now();
     let email = load::run(
         &d.url,
@@ -393,6 +403,7 @@ async fn dispatch(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let delivered_in = email_started.elapsed();
+    let email_cost = before.until(&costs::sample(&http, &d.url, pid).await?, received.count());
     let mut end_to_end: Vec<Duration> = {
         let accepted = accepted_at.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
         accepted
@@ -422,6 +433,28 @@ async fn dispatch(
         load::percentile(&end_to_end, 50.0).as_secs_f64() * 1000.0,
         load::percentile(&end_to_end, 99.0).as_secs_f64() * 1000.0,
     );
+    if let Some(tps) = pgbench {
+        println!(
+            "\npgbench, 8 clients, one single-row INSERT per transaction, 10 s: {tps:.0}/s; in-app dispatch is {:.2}x that",
+            in_app.per_second() / tps
+        );
+    }
+    println!(
+        "\n| per dispatch | store calls | operations per write batch | daemon CPU ms | PostgreSQL CPU ms |"
+    );
+    println!("|---|---|---|---|---|");
+    for (name, cost) in [("in_app accepted", &in_app_cost), ("email accepted and delivered", &email_cost)] {
+        println!(
+            "| {name} | {:.2} | {:.1} | {:.3} | {} |",
+            cost.calls_per_unit,
+            cost.operations_per_batch,
+            cost.daemon_cpu_ms_per_unit,
+            match backend {
+                Backend::Postgres => format!("{:.3}", cost.postgres_cpu_ms_per_unit),
+                Backend::Sqlite => "n/a".to_owned(),
+            }
+        );
+    }
     let mut child = d.child;
     let _ = child.kill().await;
     Ok(())

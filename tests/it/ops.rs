@@ -102,6 +102,40 @@ async fn metrics_count_requests_by_route_template() {
     assert!(text.contains("herald_http_request_duration_seconds_bucket"), "a latency histogram");
 }
 
+/// The store's cost counters grow with the work: calls into the database, write batches and the
+/// operations they held (what `herald-bench dispatch` divides by the dispatches). They count for
+/// the whole process, which the test daemons running beside this one share, so only growth and
+/// the batch arithmetic are checked.
+async fn store_costs_are_counted(backend: Backend) {
+    let d = TestDaemon::start(backend).await;
+    let key = d.with_token(&d.bootstrap().await.api_key);
+    let sample = || async {
+        let text =
+            d.client.request(reqwest::Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+        [
+            "herald_store_calls_total",
+            "herald_store_write_batches_total",
+            "herald_store_write_operations_total",
+        ]
+        .map(|name| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+        })
+    };
+    let before = sample().await;
+    let mut n = NotificationIn::new(Channel::InApp, "ann", "counted");
+    n.title = Some("Counted".into());
+    key.send_notification(&n, None).await.unwrap();
+    let after = sample().await;
+    for (name, (a, b)) in ["calls", "batches", "operations"].iter().zip(before.iter().zip(&after)) {
+        assert!(b > a, "{name}: {a} then {b}");
+    }
+    assert!(after[2] >= after[1], "a batch holds at least one operation: {after:?}");
+    d.stop().await;
+}
+both_backends!(store_costs_are_counted_on_each_backend, store_costs_are_counted);
+
 #[tokio::test]
 async fn every_response_carries_a_request_id() {
     let d = TestDaemon::start(Backend::Sqlite).await;

@@ -26,7 +26,7 @@ mod notifications;
 mod otp;
 mod streams;
 mod templates;
-mod writer;
+pub(crate) mod writer;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
 
@@ -135,9 +135,24 @@ impl Conn<'_> {
     }
 }
 
+/// Calls into the database since the process started: every statement run through the macros
+/// below or the writer's transaction control. On PostgreSQL each is one round trip; on SQLite a
+/// call may hold several statements, run in place. `/metrics` shows it as
+/// `herald_store_calls_total`, and `herald-bench` divides it by what was dispatched.
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub(crate) fn count_call() {
+    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn calls() -> u64 {
+    CALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Runs a statement; evaluates to `StoreResult<u64>` (rows affected).
 macro_rules! execute {
-    ($conn:expr, $sql:expr $(, $bind:expr)* $(,)?) => {
+    ($conn:expr, $sql:expr $(, $bind:expr)* $(,)?) => {{
+        $crate::store::count_call();
         match $conn {
             $crate::store::Conn::Sqlite(c) => sqlx::query($sql)$(.bind($bind))*
                 .execute(&mut **c)
@@ -153,13 +168,14 @@ macro_rules! execute {
                 $crate::store::local::execute(c, $sql, &[$(&$bind as &dyn rusqlite::ToSql),*])
             }
         }
-    };
+    }};
 }
 
 /// Fetches rows as `$row` (a `sqlx::FromRow` type that is also a `local::FromLocalRow`) with
 /// `fetch_one`, `fetch_optional` or `fetch_all`.
 macro_rules! fetch {
-    ($conn:expr, $method:ident, $row:ty, $sql:expr $(, $bind:expr)* $(,)?) => {
+    ($conn:expr, $method:ident, $row:ty, $sql:expr $(, $bind:expr)* $(,)?) => {{
+        $crate::store::count_call();
         match $conn {
             $crate::store::Conn::Sqlite(c) => sqlx::query_as::<_, $row>($sql)$(.bind($bind))*
                 .$method(&mut **c)
@@ -173,12 +189,13 @@ macro_rules! fetch {
                 $crate::store::local::$method::<$row>(c, $sql, &[$(&$bind as &dyn rusqlite::ToSql),*])
             }
         }
-    };
+    }};
 }
 
 /// Fetches one column as `$ty` with `fetch_one`, `fetch_optional` or `fetch_all`.
 macro_rules! scalar {
-    ($conn:expr, $method:ident, $ty:ty, $sql:expr $(, $bind:expr)* $(,)?) => {
+    ($conn:expr, $method:ident, $ty:ty, $sql:expr $(, $bind:expr)* $(,)?) => {{
+        $crate::store::count_call();
         match $conn {
             $crate::store::Conn::Sqlite(c) => sqlx::query_scalar::<_, $ty>($sql)$(.bind($bind))*
                 .$method(&mut **c)
@@ -192,7 +209,7 @@ macro_rules! scalar {
                 $crate::store::local::scalar::$method::<$ty>(c, $sql, &[$(&$bind as &dyn rusqlite::ToSql),*])
             }
         }
-    };
+    }};
 }
 
 pub(crate) use {execute, fetch, scalar};

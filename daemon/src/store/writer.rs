@@ -4,7 +4,13 @@
 //! hundreds of fsyncs into one; with no load a batch is a single operation and adds no delay.
 //! An operation whose caller stopped waiting before it started is skipped.
 
-use std::{any::Any, sync::Arc};
+use std::{
+    any::Any,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
 
 use futures_util::future::BoxFuture;
 use sqlx::PgConnection;
@@ -13,6 +19,17 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use super::{Conn, StoreError, StoreResult};
 
 const MAX_BATCH: usize = 256;
+
+/// Batches committed (or tried) and the operations they held, since the process started: their
+/// ratio is the mean batch size (`herald_store_write_batches_total`,
+/// `herald_store_write_operations_total`).
+static BATCHES: AtomicU64 = AtomicU64::new(0);
+static OPERATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// `(batches, operations)` so far.
+pub fn batch_counts() -> (u64, u64) {
+    (BATCHES.load(Ordering::Relaxed), OPERATIONS.load(Ordering::Relaxed))
+}
 const QUEUE: usize = 4096;
 
 type Erased = Box<dyn Any + Send>;
@@ -100,6 +117,8 @@ async fn next_batch(receiver: &Mutex<mpsc::Receiver<Job>>) -> Option<Vec<Job>> {
 /// (BEGIN, a savepoint, COMMIT) fail every job of the batch not yet answered; an operation's own
 /// failure fails only it.
 async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
+    BATCHES.fetch_add(1, Ordering::Relaxed);
+    OPERATIONS.fetch_add(batch.len() as u64, Ordering::Relaxed);
     if let Err(e) = super::execute!(conn, begin) {
         return fail_all(batch, &e.to_string());
     }
@@ -185,6 +204,7 @@ fn fail_all(jobs: impl IntoIterator<Item = Job>, message: &str) {
 
 /// Runs statements without parameters, several in one round trip.
 async fn raw(conn: &mut Conn<'_>, sql: &'static str) -> StoreResult<()> {
+    super::count_call();
     match conn {
         Conn::Sqlite(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(|_| ()).map_err(StoreError::from),
         Conn::Postgres(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(|_| ()).map_err(StoreError::from),
