@@ -174,8 +174,7 @@ async fn stream(
     // this daemon's streams; the lease counts them over every daemon sharing the database.
     let subscription = state.store.hub().subscribe(app, user_id).ok_or_else(too_many)?;
     let lease = StreamLease::claim(&state, app, user_id, &subscription).await?.ok_or_else(too_many)?;
-    let newest = state.store.inbox_last_seq(app, user_id).await?;
-    let unread_count = state.store.unread_count(app, user_id).await?;
+    let (newest, unread_count) = state.store.inbox_position(app, user_id).await?;
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let opening =
         Opening { subscription, lease, start: start_for(last_event_id, newest), unread_count, newest };

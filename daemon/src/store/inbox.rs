@@ -127,17 +127,23 @@ impl Store {
     }
 
     /// The user's latest sequence number (0 before the first item).
-    pub async fn inbox_last_seq(&self, app: &ApplicationId, user: &UserId) -> StoreResult<i64> {
+    /// The user's newest item id (sequence) and unread count, from one snapshot (one statement),
+    /// as a stream's `connection.ready` needs them: read apart, an item committed in between
+    /// is in the count but not at or below the id, and a reader counting the items above the id
+    /// counts it twice.
+    pub async fn inbox_position(&self, app: &ApplicationId, user: &UserId) -> StoreResult<(i64, u64)> {
         let mut read = self.read().await?;
-        Ok(scalar!(
+        let (last_seq, unread): (i64, i64) = fetch!(
             &mut read.conn(),
-            fetch_optional,
-            i64,
-            "SELECT last_seq FROM inbox_sequences WHERE application_id = $1 AND user_id = $2",
+            fetch_one,
+            (i64, i64),
+            "SELECT COALESCE((SELECT last_seq FROM inbox_sequences WHERE application_id = $1 AND user_id = $2), 0),
+                    (SELECT COUNT(*) FROM inbox_items
+                     WHERE application_id = $1 AND user_id = $2 AND NOT archived AND NOT is_read)",
             app,
             user
-        )?
-        .unwrap_or(0))
+        )?;
+        Ok((last_seq, u64::try_from(unread).unwrap_or(0)))
     }
 
     pub async fn inbox_item(&self, app: &ApplicationId, id: &InAppId) -> StoreResult<Option<InboxRecord>> {
