@@ -13,7 +13,10 @@ pub mod templates;
 pub mod token;
 pub mod tui;
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use herald_common::Timestamp;
 use serde_json::{Map, Value};
@@ -44,6 +47,33 @@ pub fn object(pairs: &[(String, String)]) -> Result<Map<String, Value>, Fail> {
         }
     }
     Ok(map)
+}
+
+/// The body arguments that `send` and `templates create|update` share.
+#[derive(clap::Args)]
+pub struct Bodies {
+    /// Plain-text body.
+    #[arg(long, conflicts_with = "body_file")]
+    body: Option<String>,
+    /// Plain-text body from a file.
+    #[arg(long, value_name = "FILE")]
+    body_file: Option<PathBuf>,
+    /// HTML body from a file (email; in a template, values are escaped in it).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+}
+
+impl Bodies {
+    /// The plain-text body and the HTML body, read from their files where given.
+    pub fn read(&self) -> Result<(Option<String>, Option<String>), Fail> {
+        let body = match (&self.body, &self.body_file) {
+            (Some(body), _) => Some(body.clone()),
+            (None, Some(path)) => Some(read_file(path, "body file")?),
+            (None, None) => None,
+        };
+        let html_body = self.html.as_deref().map(|p| read_file(p, "HTML file")).transpose()?;
+        Ok((body, html_body))
+    }
 }
 
 /// The text of a file argument.

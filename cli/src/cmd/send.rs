@@ -9,7 +9,7 @@ use herald_common::{
     ids::TemplateId,
 };
 
-use super::{key_value, object, read_file};
+use super::{Bodies, key_value, object};
 use crate::{
     context::Context,
     exit::Fail,
@@ -34,15 +34,8 @@ pub struct Args {
     /// Title of an in-app notification.
     #[arg(long)]
     title: Option<String>,
-    /// Plain-text body.
-    #[arg(long, conflicts_with = "body_file")]
-    body: Option<String>,
-    /// Plain-text body from a file.
-    #[arg(long, value_name = "FILE")]
-    body_file: Option<PathBuf>,
-    /// HTML body from a file (email).
-    #[arg(long, value_name = "FILE")]
-    html: Option<PathBuf>,
+    #[command(flatten)]
+    bodies: Bodies,
     /// A stored template (its parts win over --subject, --body and --html).
     #[arg(long, value_name = "TEMPLATE_ID")]
     template: Option<TemplateId>,
@@ -74,12 +67,7 @@ pub struct Args {
 impl Args {
     /// The request every recipient gets (the recipient left empty).
     fn request(&self) -> Result<NotificationIn, Fail> {
-        let body = match (&self.body, &self.body_file) {
-            (Some(body), _) => Some(body.clone()),
-            (None, Some(path)) => Some(read_file(path, "body file")?),
-            (None, None) => None,
-        };
-        let html_body = self.html.as_deref().map(|p| read_file(p, "HTML file")).transpose()?;
+        let (body, html_body) = self.bodies.read()?;
         let template_data = if self.vars.is_empty() { None } else { Some(object(&self.vars)?) };
         if template_data.is_some() && self.template.is_none() {
             return Err(Fail::usage("--var sets a template's variables: give --template too"));

@@ -1,10 +1,8 @@
 //! `herald templates list|get|create|update|rm`: stored templates, their parts from files.
 
-use std::path::PathBuf;
-
 use herald_common::api::templates::{TemplateIn, TemplateOut};
 
-use super::read_file;
+use super::Bodies;
 use crate::{
     context::Context,
     exit::Fail,
@@ -19,25 +17,13 @@ pub struct Parts {
     /// Subject (Jinja: `Welcome, {{ name }}`).
     #[arg(long)]
     subject: Option<String>,
-    /// Plain-text body.
-    #[arg(long, conflicts_with = "body_file")]
-    body: Option<String>,
-    /// Plain-text body from a file.
-    #[arg(long, value_name = "FILE")]
-    body_file: Option<PathBuf>,
-    /// HTML body from a file (values are escaped in it).
-    #[arg(long, value_name = "FILE")]
-    html: Option<PathBuf>,
+    #[command(flatten)]
+    bodies: Bodies,
 }
 
 impl Parts {
     fn template(self) -> Result<TemplateIn, Fail> {
-        let body = match (self.body, &self.body_file) {
-            (Some(body), _) => Some(body),
-            (None, Some(path)) => Some(read_file(path, "body file")?),
-            (None, None) => None,
-        };
-        let html_body = self.html.as_deref().map(|p| read_file(p, "HTML file")).transpose()?;
+        let (body, html_body) = self.bodies.read()?;
         Ok(TemplateIn { name: self.name, subject: self.subject, body, html_body })
     }
 }
