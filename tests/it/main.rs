@@ -2,6 +2,7 @@
 
 mod activity;
 mod auth;
+mod batches;
 mod browser;
 mod cli;
 mod crash;

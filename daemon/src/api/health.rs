@@ -67,10 +67,11 @@ async fn readyz(State(state): State<AppState>) -> ApiResult<Json<HealthOut>> {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text", body = String, content_type = "text/plain")))]
 async fn metrics(State(state): State<AppState>) -> Response {
-    let (batches, operations) = crate::store::writer::batch_counts();
+    let (batches, operations, grouped) = crate::store::writer::batch_counts();
     metrics::counter!("herald_store_calls_total").absolute(crate::store::calls());
     metrics::counter!("herald_store_write_batches_total").absolute(batches);
     metrics::counter!("herald_store_write_operations_total").absolute(operations);
+    metrics::counter!("herald_store_grouped_operations_total").absolute(grouped);
     state.metrics.run_upkeep();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render())
         .into_response()

@@ -7,7 +7,7 @@
 
 use herald_common::ids::ApplicationId;
 
-use super::{Conn, DispatchResult, Store, StoreResult, execute, fetch};
+use super::{Conn, DispatchResult, Store, StoreError, StoreResult, execute, fetch};
 
 /// A request's `Idempotency-Key` and the fingerprint of its body.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -150,4 +150,105 @@ pub(super) async fn claim(
         key
     )?;
     Ok(decide(existing, request_hash))
+}
+
+/// One key to claim in [`claim_all`].
+pub(super) struct Claim<'a> {
+    pub application_id: &'a ApplicationId,
+    pub idempotency: &'a IdempotencyKey,
+    pub status_code: u16,
+    pub body: &'a str,
+    pub now: i64,
+    pub ttl_ms: i64,
+}
+
+/// [`claim`] for many keys on PostgreSQL, in one statement (and one more if a key was held
+/// already): the answer for each, in order. No key may occur twice.
+pub(super) async fn claim_all(
+    conn: &mut sqlx::PgConnection,
+    claims: &[Claim<'_>],
+) -> StoreResult<Vec<DispatchResult>> {
+    // Keys are claimed in one order by every writer, so two batches never wait on each other's
+    // keys in a cycle.
+    let mut order: Vec<usize> = (0..claims.len()).collect();
+    order.sort_by_key(|&i| (claims[i].application_id.as_str(), claims[i].idempotency.key.as_str()));
+    let apps: Vec<&str> = order.iter().map(|&i| claims[i].application_id.as_str()).collect();
+    let keys: Vec<&str> = order.iter().map(|&i| claims[i].idempotency.key.as_str()).collect();
+    let hashes: Vec<&str> = order.iter().map(|&i| claims[i].idempotency.request_hash.as_str()).collect();
+    let bodies: Vec<&str> = order.iter().map(|&i| claims[i].body).collect();
+    let codes: Vec<i64> = order.iter().map(|&i| i64::from(claims[i].status_code)).collect();
+    let created: Vec<i64> = order.iter().map(|&i| claims[i].now).collect();
+    let expires: Vec<i64> = order.iter().map(|&i| claims[i].now + claims[i].ttl_ms).collect();
+    super::count_call();
+    let claimed: Vec<(String, String)> = sqlx::query_as(
+        "INSERT INTO idempotency_keys
+             (application_id, idempotency_key, request_hash, status_code, response_body, created_at, expires_at)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[], $6::int8[], $7::int8[])
+         ON CONFLICT (application_id, idempotency_key) DO UPDATE SET
+             request_hash = excluded.request_hash, status_code = excluded.status_code,
+             response_body = excluded.response_body, created_at = excluded.created_at,
+             expires_at = excluded.expires_at
+         WHERE idempotency_keys.expires_at <= excluded.created_at
+            OR (idempotency_keys.status_code IS NULL AND idempotency_keys.created_at <= excluded.created_at - $8)
+         RETURNING application_id, idempotency_key",
+    )
+    .bind(&apps)
+    .bind(&keys)
+    .bind(&hashes)
+    .bind(&codes)
+    .bind(&bodies)
+    .bind(&created)
+    .bind(&expires)
+    .bind(ABANDONED_AFTER_MS)
+    .fetch_all(&mut *conn)
+    .await?;
+    let claimed: std::collections::HashSet<(String, String)> = claimed.into_iter().collect();
+    let mut results = vec![DispatchResult::Created; claims.len()];
+    let held: Vec<usize> = (0..claims.len())
+        .filter(|&i| {
+            !claimed.contains(&(claims[i].application_id.to_string(), claims[i].idempotency.key.clone()))
+        })
+        .collect();
+    if held.is_empty() {
+        return Ok(results);
+    }
+    let apps: Vec<&str> = held.iter().map(|&i| claims[i].application_id.as_str()).collect();
+    let keys: Vec<&str> = held.iter().map(|&i| claims[i].idempotency.key.as_str()).collect();
+    super::count_call();
+    #[derive(sqlx::FromRow)]
+    struct Held {
+        application_id: String,
+        idempotency_key: String,
+        request_hash: String,
+        status_code: Option<i64>,
+        response_body: Option<String>,
+    }
+    let rows: Vec<Held> = sqlx::query_as(
+        "SELECT k.application_id, k.idempotency_key, k.request_hash, k.status_code, k.response_body
+         FROM idempotency_keys k JOIN unnest($1::text[], $2::text[]) AS t(application_id, idempotency_key)
+           ON k.application_id = t.application_id AND k.idempotency_key = t.idempotency_key",
+    )
+    .bind(&apps)
+    .bind(&keys)
+    .fetch_all(&mut *conn)
+    .await?;
+    for i in held {
+        let claim = &claims[i];
+        let row = rows
+            .iter()
+            .find(|r| {
+                r.application_id == claim.application_id.as_str()
+                    && r.idempotency_key == claim.idempotency.key
+            })
+            .ok_or_else(|| StoreError::Statement("an idempotency key held and gone at once".to_owned()))?;
+        let existing = IdempotencyRow {
+            request_hash: row.request_hash.clone(),
+            status_code: row.status_code,
+            response_body: row.response_body.clone(),
+            created_at: 0,
+            expires_at: 0,
+        };
+        results[i] = decide(existing, &claim.idempotency.request_hash);
+    }
+    Ok(results)
 }

@@ -269,3 +269,9 @@ async fn notify(
 pub(super) fn notify_payload(app: &ApplicationId, user: &str, item: Option<&InAppId>) -> String {
     serde_json::json!({"a": app, "u": user, "i": item}).to_string()
 }
+
+/// The `herald_inbox` NOTIFY payload for a batch of new items: every (application, user) whose
+/// inbox grew.
+pub(super) fn notify_created_payload(users: &[[&str; 2]]) -> String {
+    serde_json::json!({ "c": users }).to_string()
+}

@@ -14,12 +14,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Engine, Readers, Store, inbox::INBOX_CHANNEL};
 
-/// The `herald_inbox` NOTIFY payload (see [`super::inbox::notify_payload`]).
+/// The `herald_inbox` NOTIFY payload: one user's new or changed item
+/// ([`super::inbox::notify_payload`]) or a batch's new items
+/// ([`super::inbox::notify_created_payload`]).
 #[derive(Deserialize)]
-struct Payload {
-    a: ApplicationId,
-    u: UserId,
-    i: Option<InAppId>,
+#[serde(untagged)]
+enum Payload {
+    Created { c: Vec<(ApplicationId, UserId)> },
+    One { a: ApplicationId, u: UserId, i: Option<InAppId> },
 }
 
 impl Store {
@@ -62,9 +64,18 @@ impl Store {
                         self.hub.wake_all();
                     }
                     Ok(Some(n)) => match serde_json::from_str::<Payload>(n.payload()) {
-                        Ok(Payload { a, u, i: None }) => self.hub.wake_created(&a, &u),
-                        Ok(Payload { a, u, i: Some(item) }) => self.hub.push_update(&a, &u, &item),
-                        Err(e) => tracing::warn!(error = %e, "unreadable inbox notification"),
+                        Ok(Payload::Created { c }) => {
+                            for (app, user) in &c {
+                                self.hub.wake_created(app, user);
+                            }
+                        }
+                        Ok(Payload::One { a, u, i: None }) => self.hub.wake_created(&a, &u),
+                        Ok(Payload::One { a, u, i: Some(item) }) => self.hub.push_update(&a, &u, &item),
+                        Err(e) => {
+                            // Not knowing whose inbox changed, every stream re-reads.
+                            tracing::warn!(error = %e, "unreadable inbox notification");
+                            self.hub.wake_all();
+                        }
                     },
                     Err(e) => {
                         tracing::warn!(error = %e, "the notification listener lost its connection; reconnecting");

@@ -84,6 +84,20 @@ pub enum StoreError {
     Statement(String),
 }
 
+impl StoreError {
+    /// Whether the database refused the write only because of another transaction at the same
+    /// moment (a deadlock it broke, a serialization failure): the same write, run again once the
+    /// other has gone, succeeds.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::Database(e)) => {
+                matches!(e.code().as_deref(), Some("40P01" | "40001"))
+            }
+            _ => false,
+        }
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         match error {
@@ -147,6 +161,11 @@ pub(crate) fn count_call() {
 
 pub fn calls() -> u64 {
     CALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Write operations written in a group with others of their kind so far (see [`writer`]).
+pub fn grouped_operations() -> u64 {
+    writer::batch_counts().2
 }
 
 /// Runs a statement; evaluates to `StoreResult<u64>` (rows affected).

@@ -1,8 +1,18 @@
 //! The group-commit writer. Callers submit write operations over a channel; a writer task takes
-//! whatever has queued up (up to [`MAX_BATCH`]), opens one transaction, runs each operation in
-//! its own savepoint, commits once, and only then answers each caller. Under load this turns
-//! hundreds of fsyncs into one; with no load a batch is a single operation and adds no delay.
-//! An operation whose caller stopped waiting before it started is skipped.
+//! whatever has queued up (up to [`MAX_BATCH`]), opens one transaction, runs the operations,
+//! commits once, and only then answers each caller. Under load this turns hundreds of fsyncs
+//! into one; with no load a batch is a single operation and adds no delay. An operation whose
+//! caller stopped waiting before it started is skipped.
+//!
+//! Most operations are closures, each run in its own savepoint. The hot ones (dispatch, and the
+//! delivery workers' attempt outcomes) are typed [`Work`] instead: those of one kind that meet
+//! in a batch are written together, with a fixed number of statements for the whole group
+//! (set-based statements on PostgreSQL, where each statement is a round trip; one savepoint for
+//! the group on SQLite, whose statements run in place). The statements decide each operation's
+//! outcome (an idempotency key already used, a lease lost), so an operation that is refused
+//! still costs nothing extra. If a group's statements fail as a whole (a constraint one
+//! operation breaks), the group is undone and its operations run again one by one, each in its
+//! own savepoint, so the bad one fails alone and takes nothing with it.
 
 use std::{
     any::Any,
@@ -16,7 +26,7 @@ use futures_util::future::BoxFuture;
 use sqlx::PgConnection;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use super::{Conn, StoreError, StoreResult};
+use super::{Conn, StoreError, StoreResult, notifications};
 
 const MAX_BATCH: usize = 256;
 
@@ -25,19 +35,171 @@ const MAX_BATCH: usize = 256;
 /// `herald_store_write_operations_total`).
 static BATCHES: AtomicU64 = AtomicU64::new(0);
 static OPERATIONS: AtomicU64 = AtomicU64::new(0);
+/// Operations written in a group, with their kind's set-based statements
+/// (`herald_store_grouped_operations_total`).
+static GROUPED: AtomicU64 = AtomicU64::new(0);
 
-/// `(batches, operations)` so far.
-pub fn batch_counts() -> (u64, u64) {
-    (BATCHES.load(Ordering::Relaxed), OPERATIONS.load(Ordering::Relaxed))
+/// `(batches, operations, grouped operations)` so far.
+pub fn batch_counts() -> (u64, u64, u64) {
+    (BATCHES.load(Ordering::Relaxed), OPERATIONS.load(Ordering::Relaxed), GROUPED.load(Ordering::Relaxed))
 }
 const QUEUE: usize = 4096;
 
 type Erased = Box<dyn Any + Send>;
 type Operation = Box<dyn for<'c, 'd> FnOnce(&'c mut Conn<'d>) -> BoxFuture<'c, StoreResult<Erased>> + Send>;
 
+/// What a job writes.
+pub(super) enum Work {
+    /// Any operation: run alone, in its own savepoint.
+    One(Operation),
+    /// A dispatch (answers a `DispatchResult`).
+    Dispatch(Box<notifications::Dispatch>),
+    /// A delivery attempt's outcome (answers whether the lease was still held).
+    Attempt(Box<notifications::Attempt>),
+}
+
+impl Work {
+    /// Which group the work joins, if any, and what must not occur twice in one group (an
+    /// idempotency key, a notification): a second one runs alone after the group, so it sees
+    /// what the first wrote.
+    fn group(&self) -> Option<(u8, Option<String>)> {
+        match self {
+            Work::One(_) => None,
+            Work::Dispatch(d) => Some((1, d.conflict_key())),
+            Work::Attempt(a) => Some((2, Some(a.conflict_key()))),
+        }
+    }
+
+    /// Runs the work alone. Typed work that fails comes back, to run again after a conflict;
+    /// a closure runs once.
+    async fn run(self, conn: &mut Conn<'_>) -> Result<Erased, (StoreError, Option<Work>)> {
+        let outcome = match &self {
+            Work::One(_) => None,
+            Work::Dispatch(d) => {
+                Some(notifications::dispatch_one(conn, d).await.map(|r| Box::new(r) as Erased))
+            }
+            Work::Attempt(a) => Some(notifications::record_one(conn, a).await.map(|r| Box::new(r) as Erased)),
+        };
+        match (outcome, self) {
+            (Some(outcome), work) => outcome.map_err(|e| (e, Some(work))),
+            (None, Work::One(op)) => op(conn).await.map_err(|e| (e, None)),
+            (None, _) => Err((StoreError::Statement("typed work that did not run".to_owned()), None)),
+        }
+    }
+}
+
+/// A group's typed work, borrowed from its jobs.
+enum Group<'a> {
+    Dispatches(Vec<&'a notifications::Dispatch>),
+    Attempts(Vec<&'a notifications::Attempt>),
+}
+
+impl<'a> Group<'a> {
+    /// The work of `jobs`, if they are all of one groupable kind.
+    fn of(jobs: &'a [Job]) -> Option<Self> {
+        let dispatches: Vec<_> = jobs
+            .iter()
+            .filter_map(|j| if let Work::Dispatch(d) = &j.work { Some(&**d) } else { None })
+            .collect();
+        if dispatches.len() == jobs.len() {
+            return Some(Group::Dispatches(dispatches));
+        }
+        let attempts: Vec<_> = jobs
+            .iter()
+            .filter_map(|j| if let Work::Attempt(a) = &j.work { Some(&**a) } else { None })
+            .collect();
+        (attempts.len() == jobs.len()).then_some(Group::Attempts(attempts))
+    }
+
+    /// Whether the group is written by one statement (so it needs no transaction of its own):
+    /// on PostgreSQL, outcomes always, dispatches when none has an idempotency key.
+    fn is_one_statement(&self, engine: super::Engine) -> bool {
+        engine == super::Engine::Postgres
+            && match self {
+                Group::Dispatches(d) => d.iter().all(|d| d.conflict_key().is_none()),
+                Group::Attempts(_) => true,
+            }
+    }
+
+    /// Runs the group: one answer per job, in order, or an error if the group as a whole failed
+    /// (its partial changes are the caller's to undo).
+    async fn run(group: Option<Self>, conn: &mut Conn<'_>) -> StoreResult<Vec<Erased>> {
+        fn boxed<T: Send + 'static>(values: Vec<T>) -> Vec<Erased> {
+            values.into_iter().map(|v| Box::new(v) as Erased).collect()
+        }
+        match group {
+            Some(Group::Dispatches(d)) => notifications::dispatch_all(conn, &d).await.map(boxed),
+            Some(Group::Attempts(a)) => notifications::record_all(conn, &a).await.map(boxed),
+            None => Err(StoreError::Statement("a write group mixes kinds of work".to_owned())),
+        }
+    }
+}
+
 struct Job {
-    op: Operation,
+    work: Work,
     reply: oneshot::Sender<StoreResult<Erased>>,
+}
+
+/// What a batch runs, in order: groups of typed work, then single operations.
+enum Unit {
+    Group(Vec<Job>),
+    One(Job),
+}
+
+impl Unit {
+    fn into_jobs(self) -> Vec<Job> {
+        match self {
+            Unit::Group(jobs) => jobs,
+            Unit::One(job) => vec![job],
+        }
+    }
+}
+
+/// Orders a batch into units: each kind of typed work with more than one job becomes a group
+/// (its repeats of a conflict key run alone after it), the rest run one by one.
+fn units(batch: Vec<Job>, engine: super::Engine) -> std::collections::VecDeque<Unit> {
+    let mut groups: Vec<(u8, Vec<Job>, std::collections::HashSet<String>)> = Vec::new();
+    let mut singles = Vec::new();
+    for job in batch {
+        // A caller that has gone (its task aborted, its client disconnected) will never see
+        // the result: its operation is not started. Otherwise a delivery claim made for a
+        // worker that died while waiting would hold its jobs until their lease expired.
+        if job.reply.is_closed() {
+            continue;
+        }
+        let Some((kind, key)) = job.work.group() else {
+            singles.push(job);
+            continue;
+        };
+        let index = match groups.iter().position(|(k, ..)| *k == kind) {
+            Some(i) => i,
+            None => {
+                groups.push((kind, Vec::new(), Default::default()));
+                groups.len() - 1
+            }
+        };
+        let (_, jobs, seen) = &mut groups[index];
+        match key {
+            Some(key) if seen.contains(&key) => singles.push(job),
+            Some(key) => {
+                seen.insert(key);
+                jobs.push(job);
+            }
+            None => jobs.push(job),
+        }
+    }
+    let mut units = std::collections::VecDeque::with_capacity(groups.len() + singles.len());
+    for (_, mut jobs, _) in groups {
+        match jobs.len() {
+            0 => {}
+            // On SQLite a group of one is the operation alone; on PostgreSQL it may be a single
+            // statement that needs no transaction (see [`run_batch`]).
+            1 if engine == super::Engine::Sqlite => units.extend(jobs.pop().map(Unit::One)),
+            _ => units.push_back(Unit::Group(jobs)),
+        }
+    }
+    units.extend(singles.into_iter().map(Unit::One));
+    units
 }
 
 #[derive(Clone)]
@@ -69,9 +231,14 @@ impl WriterHandle {
             let fut = op(conn);
             Box::pin(async move { fut.await.map(|r| Box::new(r) as Erased) })
         });
+        self.submit_work(Work::One(op)).await
+    }
+
+    /// Submits typed work; `R` is what its kind answers.
+    pub(super) async fn submit_work<R: Send + 'static>(&self, work: Work) -> StoreResult<R> {
         let (reply, answer) = oneshot::channel();
         let sender = self.sender().ok_or(StoreError::WriterGone)?;
-        sender.send(Job { op, reply }).await.map_err(|_| StoreError::WriterGone)?;
+        sender.send(Job { work, reply }).await.map_err(|_| StoreError::WriterGone)?;
         let erased = answer.await.map_err(|_| StoreError::WriterGone)??;
         erased.downcast::<R>().map(|r| *r).map_err(|_| StoreError::WriterGone)
     }
@@ -110,32 +277,67 @@ async fn next_batch(receiver: &Mutex<mpsc::Receiver<Job>>) -> Option<Vec<Job>> {
     Some(batch)
 }
 
-/// Runs one batch on `conn` within one transaction, each operation after the first in its own
-/// savepoint. The first needs none: if it fails, nothing else has run yet, so the transaction is
-/// rolled back and begun again. (A batch of one, the common case on PostgreSQL, is then just
-/// BEGIN, the operation, COMMIT; a savepoint is a round trip there.) Infrastructure failures
-/// (BEGIN, a savepoint, COMMIT) fail every job of the batch not yet answered; an operation's own
-/// failure fails only it.
+/// How many times one batch runs a unit again after a conflict with another transaction
+/// before it treats the conflict as the unit's failure.
+const CONFLICT_RETRIES: usize = 8;
+
+/// Runs one batch on `conn`: usually in one transaction, see [`run_transaction`]. When a unit
+/// conflicts with another writer's transaction (PostgreSQL broke a deadlock between them), the
+/// units before it commit, which releases their locks, and the rest runs in a new transaction.
 async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
     BATCHES.fetch_add(1, Ordering::Relaxed);
     OPERATIONS.fetch_add(batch.len() as u64, Ordering::Relaxed);
-    if let Err(e) = super::execute!(conn, begin) {
-        return fail_all(batch, &e.to_string());
+    let mut units = units(batch, conn.engine());
+    // A batch that is one group written by one statement needs no transaction: the statement is
+    // atomic on its own, so it is one round trip instead of three.
+    if let [Unit::Group(jobs)] = units.make_contiguous()
+        && Group::of(jobs).is_some_and(|group| group.is_one_statement(conn.engine()))
+        && let Some(Unit::Group(jobs)) = units.pop_front()
+    {
+        match Group::run(Group::of(&jobs), conn).await {
+            Ok(values) => {
+                GROUPED.fetch_add(values.len() as u64, Ordering::Relaxed);
+                for (job, value) in jobs.into_iter().zip(values) {
+                    let _ = job.reply.send(Ok(value));
+                }
+                return;
+            }
+            // The statement changed nothing; run again in a transaction, as a group after a
+            // conflict, else one by one so that only the bad operation fails.
+            Err(e) if e.is_conflict() => units.push_back(Unit::Group(jobs)),
+            Err(_) => units.extend(jobs.into_iter().map(Unit::One)),
+        }
     }
-    let mut results = Vec::with_capacity(batch.len());
+    let mut conflicts = 0;
+    while !units.is_empty() {
+        if let Err(e) = super::execute!(conn, begin) {
+            return fail_all(units.into_iter().flat_map(Unit::into_jobs), &e.to_string());
+        }
+        run_transaction(conn, begin, &mut units, &mut conflicts).await;
+    }
+}
+
+/// Runs units from the front of `units` in the open transaction and commits, each unit after
+/// the first in its own savepoint. The first needs none: if it fails, nothing else has run yet,
+/// so the transaction is rolled back and begun again. (A batch of one, the common case at low
+/// load, is then just BEGIN, the operation, COMMIT; a savepoint is a round trip on PostgreSQL.)
+/// A group that fails is undone and its jobs run again one by one. A unit that conflicts
+/// with another transaction after others succeeded is undone and left at the front of `units`,
+/// and the transaction commits without it. Infrastructure failures (BEGIN, a savepoint,
+/// COMMIT) fail every job not yet answered; an operation's own failure fails only it.
+async fn run_transaction(
+    conn: &mut Conn<'_>,
+    begin: &'static str,
+    units: &mut std::collections::VecDeque<Unit>,
+    conflicts: &mut usize,
+) {
+    let mut results = Vec::with_capacity(units.len());
     let mut broken: Option<String> = None;
     let mut open_savepoint = false;
-    let mut jobs = batch.into_iter();
-    while let Some(job) = jobs.next() {
-        // A caller that has gone (its task aborted, its client disconnected) will never see
-        // the result: its operation is not started. Otherwise a delivery claim made for a
-        // worker that died while waiting would hold its jobs until their lease expired.
-        if job.reply.is_closed() {
-            continue;
-        }
+    while let Some(unit) = units.pop_front() {
         let first = results.is_empty();
         if !first {
-            // Releasing the previous operation's savepoint and opening this one's is one round
+            // Releasing the previous unit's savepoint and opening this one's is one round
             // trip to the database; the last savepoint is released by COMMIT.
             let opened = if open_savepoint {
                 raw(conn, "RELEASE SAVEPOINT op; SAVEPOINT op").await
@@ -144,39 +346,80 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
             };
             if let Err(e) = opened {
                 broken = Some(e.to_string());
-                let _ = job.reply.send(Err(e));
+                units.push_front(unit);
                 break;
             }
             open_savepoint = true;
         }
-        match (job.op)(conn).await {
-            Err(e) if first => {
-                // Undo the first operation's partial work by undoing everything, then start
-                // over for the rest of the batch.
-                let _ = job.reply.send(Err(e));
-                let restarted = match super::execute!(conn, "ROLLBACK") {
-                    Ok(_) => super::execute!(conn, begin).map(|_| ()),
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = restarted {
-                    return fail_all(jobs, &e.to_string());
+        let (error, unit) = match unit {
+            Unit::One(job) => {
+                let Job { work, reply } = job;
+                match work.run(conn).await {
+                    Ok(value) => {
+                        results.push((reply, Ok(value)));
+                        continue;
+                    }
+                    Err((e, again)) => (e, Failed::One(reply, again)),
                 }
             }
-            Err(e) => {
-                let rolled_back = raw(conn, "ROLLBACK TO SAVEPOINT op").await;
-                results.push((job.reply, Err(e)));
-                if let Err(e) = rolled_back {
-                    broken = Some(e.to_string());
-                    break;
+            Unit::Group(jobs) => match Group::run(Group::of(&jobs), conn).await {
+                Ok(values) => {
+                    GROUPED.fetch_add(values.len() as u64, Ordering::Relaxed);
+                    results.extend(jobs.into_iter().zip(values).map(|(job, value)| (job.reply, Ok(value))));
+                    continue;
+                }
+                Err(e) => (e, Failed::Group(jobs)),
+            },
+        };
+        // Undo the failed unit: the first by undoing everything and starting over, any other
+        // by rolling back to its savepoint.
+        let undone = if first {
+            match super::execute!(conn, "ROLLBACK") {
+                Ok(_) => super::execute!(conn, begin).map(|_| ()),
+                Err(e) => Err(e),
+            }
+        } else {
+            raw(conn, "ROLLBACK TO SAVEPOINT op").await
+        };
+        let conflict = error.is_conflict() && *conflicts < CONFLICT_RETRIES;
+        if conflict {
+            *conflicts += 1;
+            tracing::debug!(error = %error, "a write conflicted with another transaction; running it again");
+        }
+        let split = conflict && !first;
+        match unit {
+            // Run again: at once if it was first (this transaction holds nothing the other
+            // waits for), else in the next transaction, after this one commits.
+            Failed::One(reply, Some(work)) if conflict => units.push_front(Unit::One(Job { work, reply })),
+            Failed::Group(jobs) if conflict => units.push_front(Unit::Group(jobs)),
+            // A single operation's failure is its answer.
+            Failed::One(reply, _) if first => {
+                let _ = reply.send(Err(error));
+            }
+            Failed::One(reply, _) => results.push((reply, Err(error))),
+            // A group's jobs run again alone, before anything else.
+            Failed::Group(jobs) => {
+                tracing::debug!(error = %error, jobs = jobs.len(), "a write group failed; running its jobs one by one");
+                for job in jobs.into_iter().rev() {
+                    units.push_front(Unit::One(job));
                 }
             }
-            Ok(value) => results.push((job.reply, Ok(value))),
+        }
+        if let Err(e) = undone {
+            if first {
+                return fail_all(std::mem::take(units).into_iter().flat_map(Unit::into_jobs), &e.to_string());
+            }
+            broken = Some(e.to_string());
+            break;
+        }
+        if split {
+            break;
         }
     }
     let commit = match &broken {
         None => super::execute!(conn, "COMMIT").map_err(|e| e.to_string()),
         Some(message) => {
-            fail_all(jobs, message);
+            fail_all(std::mem::take(units).into_iter().flat_map(Unit::into_jobs), message);
             let _ = super::execute!(conn, "ROLLBACK");
             Err(message.clone())
         }
@@ -188,6 +431,13 @@ async fn run_batch(conn: &mut Conn<'_>, begin: &'static str, batch: Vec<Job>) {
         };
         let _ = reply.send(answer);
     }
+}
+
+/// A unit that failed, with what is needed to answer it or run it again.
+enum Failed {
+    /// A single job's reply and, if it can run again, its work.
+    One(oneshot::Sender<StoreResult<Erased>>, Option<Work>),
+    Group(Vec<Job>),
 }
 
 /// The error a job gets when its batch's transaction, not its own operation, failed.
@@ -328,7 +578,7 @@ mod tests {
                 Ok(Box::new(value) as Erased)
             })
         });
-        (Job { op, reply }, answer)
+        (Job { work: Work::One(op), reply }, answer)
     }
 
     fn run(conn: &mut rusqlite::Connection, spec: &[(i64, bool)]) -> Vec<bool> {

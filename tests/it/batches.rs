@@ -1,0 +1,268 @@
+//! Set-based write batches (store/writer.rs): dispatches and delivery outcomes that meet in a
+//! batch are written together, a fixed number of statements per group. These tests submit
+//! hundreds at once so that groups form, and check what each operation must still get on its
+//! own: inbox numbering without gaps per user, idempotency keys claimed once, leases honoured,
+//! activity counted, and a bad operation failing alone.
+
+use std::collections::{HashMap, HashSet};
+
+use herald_common::{
+    api::notifications::{AttemptOutcome, Channel, DeliveryStatus},
+    ids::{ApplicationId, NotificationId, TenantId, UserId},
+};
+use herald_daemon::{
+    config::Layers,
+    store::{
+        ActivityFilter, AttemptResult, AttemptSpan, DispatchResult, IdempotencyKey, IdempotentResponse,
+        InboxPage, NewNotification, Store,
+    },
+};
+use herald_tests::{Backend, both_backends};
+
+async fn open(backend: Backend, dir: &std::path::Path) -> (Store, TenantId, ApplicationId) {
+    herald_tests::init_crypto();
+    let url = backend.fresh_database_url(dir).await;
+    let config = Layers::new().env([("HERALD_DATABASE_URL".to_owned(), url)]).build(false).unwrap();
+    let store = Store::open(&config).await.expect("open store");
+    let tenant = store.create_tenant("T".into()).await.unwrap();
+    let app = store.create_application(&tenant.id, "A".into()).await.unwrap().unwrap();
+    (store, tenant.id, app.id)
+}
+
+fn notification(
+    tenant: &TenantId,
+    app: &ApplicationId,
+    channel: Channel,
+    recipient: &str,
+) -> NewNotification {
+    NewNotification {
+        id: NotificationId::new(),
+        tenant_id: tenant.clone(),
+        application_id: app.clone(),
+        channel,
+        recipient: recipient.to_owned(),
+        recipient_masked: "m***".to_owned(),
+        sender: None,
+        subject: Some("s".to_owned()),
+        title: (channel == Channel::InApp).then(|| "t".to_owned()),
+        body: "b".to_owned(),
+        html_body: None,
+        data: (channel == Channel::InApp).then(|| r#"{"k":1}"#.to_owned()),
+        template_id: None,
+        created_at: herald_daemon::store::now_millis(),
+    }
+}
+
+fn keyed(key: &str, hash: &str) -> Option<IdempotentResponse> {
+    Some(IdempotentResponse {
+        key: IdempotencyKey { key: key.to_owned(), request_hash: hash.to_owned() },
+        status_code: 202,
+        body: format!("{{\"hash\":\"{hash}\"}}"),
+        ttl_ms: 3_600_000,
+    })
+}
+
+/// 1,200 dispatches at once: in-app to a few users (several per batch for one user), email, some
+/// with idempotency keys used three times (twice with the same request, once with another),
+/// and some for an application that does not exist (a foreign key the group's statement breaks,
+/// so the group is undone and its operations run one by one).
+async fn grouped_dispatches(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, app) = open(backend, dir.path()).await;
+    let grouped_before = herald_daemon::store::grouped_operations();
+    let users: Vec<String> = (0..7).map(|u| format!("user-{u}")).collect();
+    let mut tasks = Vec::new();
+    for i in 0..1_200usize {
+        let store = store.clone();
+        let (mut n, idempotency, expect) = match i % 6 {
+            0..=2 => (notification(&tenant, &app, Channel::InApp, &users[i % 7]), None, "created"),
+            3 => (notification(&tenant, &app, Channel::Email, "a@example.com"), None, "created"),
+            4 => {
+                // Key k-{i/24}: used by i = 4, 10, 16 within each block of 24 (the same
+                // request twice, then another).
+                let hash = if i % 24 == 16 { "other" } else { "same" };
+                (
+                    notification(&tenant, &app, Channel::InApp, &users[i % 7]),
+                    keyed(&format!("k-{}", i / 24), hash),
+                    "keyed",
+                )
+            }
+            _ => (notification(&tenant, &app, Channel::Email, "b@example.com"), None, "bad"),
+        };
+        // Three bad ones: each undoes its group, whose other dispatches then run one by one.
+        let bad = [5, 605, 1_193].contains(&i);
+        if bad {
+            n.application_id = ApplicationId::new();
+        }
+        let expect = if expect == "bad" && !bad { "created" } else { expect };
+        tasks.push(tokio::spawn(async move {
+            let id = n.id.clone();
+            let channel = n.channel;
+            let recipient = n.recipient.clone();
+            (i, expect, id, channel, recipient, store.dispatch(n, idempotency).await)
+        }));
+    }
+    let mut created_in_app: HashMap<String, usize> = HashMap::new();
+    let mut created = 0usize;
+    let mut keys: HashMap<usize, Vec<(usize, DispatchResult)>> = HashMap::new();
+    for task in tasks {
+        let (i, expect, id, channel, recipient, result) = task.await.unwrap();
+        match expect {
+            "bad" => assert!(result.is_err(), "dispatch {i} to a missing application must fail"),
+            "created" => {
+                assert_eq!(result.unwrap(), DispatchResult::Created, "dispatch {i}");
+                created += 1;
+                if channel == Channel::InApp {
+                    *created_in_app.entry(recipient).or_default() += 1;
+                }
+                let (record, attempts) = store.get_notification(&id).await.unwrap().expect("stored");
+                let status = if channel == Channel::InApp {
+                    DeliveryStatus::Delivered
+                } else {
+                    DeliveryStatus::Queued
+                };
+                assert_eq!(record.status, status);
+                assert_eq!(attempts.len(), usize::from(channel == Channel::InApp));
+            }
+            _ => {
+                let result = result.unwrap();
+                if result == DispatchResult::Created {
+                    created += 1;
+                    *created_in_app.entry(recipient).or_default() += 1;
+                }
+                keys.entry(i / 24).or_default().push((i % 24, result));
+            }
+        }
+    }
+    // Each key: exactly one request created, a repeat of it replays its response, the other
+    // request is refused, whichever order they were written in.
+    assert_eq!(keys.len(), 50);
+    for (key, uses) in &keys {
+        let winner = uses.iter().find(|(_, r)| *r == DispatchResult::Created).map(|(slot, _)| *slot);
+        let Some(winner) = winner else { panic!("key {key}: nobody created: {uses:?}") };
+        for (slot, result) in uses {
+            if *slot == winner {
+                continue;
+            }
+            let same_request = (*slot == 16) == (winner == 16);
+            let expected = if same_request {
+                let hash = if winner == 16 { "other" } else { "same" };
+                DispatchResult::Replay { status_code: 202, body: format!("{{\"hash\":\"{hash}\"}}") }
+            } else {
+                DispatchResult::KeyReused
+            };
+            assert_eq!(result, &expected, "key {key}, slot {slot}, created by slot {winner}");
+        }
+    }
+    // Every user's items are numbered 1..=n in one sequence, none twice, none missing.
+    for user in &users {
+        let user_id = UserId::parse(user).unwrap();
+        let page = InboxPage { unread_only: false, archived: false, before_seq: None, limit: 1_000 };
+        let items = store.inbox_page(&app, &user_id, &page).await.unwrap();
+        let mut seqs: Vec<i64> = items.iter().map(|item| item.seq).collect();
+        seqs.sort_unstable();
+        let n = created_in_app.get(user).copied().unwrap_or(0);
+        assert_eq!(seqs, (1..=n as i64).collect::<Vec<_>>(), "{user}'s sequence");
+        assert_eq!(store.unread_count(&app, &user_id).await.unwrap(), n as u64);
+        assert!(items.iter().all(|item| item.title == "t" && item.body == "b"));
+    }
+    // The activity counters (kept per statement on PostgreSQL) count every notification once.
+    store.fold_activity_counts().await.unwrap();
+    let (_, total) = store
+        .list_activity(&ActivityFilter::tenant(tenant.clone()), herald_daemon::store::now_millis(), 1, 0)
+        .await
+        .unwrap();
+    assert_eq!(total, created as u64, "activity total_count");
+    assert!(
+        herald_daemon::store::grouped_operations() > grouped_before,
+        "no dispatch was written in a group: the test did not exercise set-based batches"
+    );
+    store.close().await;
+}
+both_backends!(grouped_dispatches_on_each_backend, grouped_dispatches);
+
+/// 600 email deliveries claimed, then every outcome recorded at once: sent, retried, failed
+/// (retryable or not), and for a third of them a second report with a stale lease token, which
+/// must change nothing but the attempt log.
+async fn grouped_attempt_outcomes(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, app) = open(backend, dir.path()).await;
+    for _ in 0..600 {
+        let n = notification(&tenant, &app, Channel::Email, "a@example.com");
+        assert_eq!(store.dispatch(n, None).await.unwrap(), DispatchResult::Created);
+    }
+    let mut claimed = Vec::new();
+    while claimed.len() < 600 {
+        let batch = store.claim_due_deliveries(100, 60_000).await.unwrap();
+        assert!(!batch.is_empty(), "every delivery is due");
+        claimed.extend(batch);
+    }
+    let now = herald_daemon::store::now_millis();
+    let span = AttemptSpan { started_at: now, finished_at: now };
+    let mut tasks = Vec::new();
+    for (i, job) in claimed.iter().enumerate() {
+        let result = match i % 4 {
+            0 => AttemptResult::Sent { provider_message_id: Some(format!("m-{i}")) },
+            1 => AttemptResult::Retry { error: "421 busy".into(), next_attempt_at: now + 3_600_000 },
+            2 => {
+                AttemptResult::Failed { error: "550 no such user".into(), retryable: false, transient: false }
+            }
+            _ => AttemptResult::Failed { error: "421 busy".into(), retryable: true, transient: true },
+        };
+        let writer = store.clone();
+        let (id, token) = (job.id.clone(), job.attempt_count);
+        tasks.push(tokio::spawn(async move { (i, writer.record_attempt(&id, token, span, result).await) }));
+        if i % 3 == 0 {
+            // A worker whose lease was taken over reports late, with an older token.
+            let store = store.clone();
+            let (id, stale) = (job.id.clone(), job.attempt_count - 1);
+            let late = AttemptResult::Sent { provider_message_id: None };
+            tasks.push(tokio::spawn(async move {
+                (usize::MAX, store.record_attempt(&id, stale, span, late).await)
+            }));
+        }
+    }
+    for task in tasks {
+        let (i, held) = task.await.unwrap();
+        assert_eq!(held.unwrap(), i != usize::MAX, "outcome {i}: only the current lease holds");
+    }
+    for (i, job) in claimed.iter().enumerate() {
+        let (record, attempts) = store.get_notification(&job.id).await.unwrap().unwrap();
+        let (status, reason, retryable) = match i % 4 {
+            0 => (DeliveryStatus::Sent, None, false),
+            1 => (DeliveryStatus::Queued, None, false),
+            2 => (DeliveryStatus::Failed, Some("550 no such user"), false),
+            _ => (DeliveryStatus::Failed, Some("421 busy"), true),
+        };
+        assert_eq!(
+            (record.status, record.failure_reason.as_deref(), record.retryable),
+            (status, reason, retryable),
+            "notification {i}"
+        );
+        let logged: Vec<AttemptOutcome> = attempts.iter().map(|a| a.outcome).collect();
+        let expected = match i % 4 {
+            0 => AttemptOutcome::Sent,
+            2 => AttemptOutcome::PermanentFailure,
+            _ => AttemptOutcome::TransientFailure,
+        };
+        let mut want = vec![expected];
+        if i % 3 == 0 {
+            // The late report's attempt (numbered with its stale token) is logged, nothing more.
+            want.insert(0, AttemptOutcome::Sent);
+        }
+        assert_eq!(logged, want, "notification {i}'s attempts");
+        if i % 4 == 0 {
+            assert_eq!(
+                attempts.last().unwrap().provider_message_id.as_deref(),
+                Some(format!("m-{i}").as_str())
+            );
+        }
+    }
+    // Retried ones are queued again (due in an hour); the others left the queue.
+    assert!(store.next_delivery_due().await.unwrap().is_some_and(|due| due >= now + 3_600_000));
+    assert!(store.claim_due_deliveries(1_000, 60_000).await.unwrap().is_empty());
+    let ids: HashSet<_> = claimed.iter().map(|j| j.id.clone()).collect();
+    assert_eq!(ids.len(), 600);
+    store.close().await;
+}
+both_backends!(grouped_attempt_outcomes_on_each_backend, grouped_attempt_outcomes);
