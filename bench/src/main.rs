@@ -10,6 +10,7 @@
 mod activity;
 mod cli;
 mod costs;
+mod fleet;
 mod http;
 mod load;
 mod smtp;
@@ -131,6 +132,9 @@ enum Command {
         /// Run the daemon on core 0 with taskset.
         #[arg(long)]
         pin: bool,
+        /// Daemons sharing one PostgreSQL database (2 or more: see bench/src/fleet.rs).
+        #[arg(long, default_value_t = 1)]
+        daemons: usize,
     },
 }
 
@@ -147,10 +151,11 @@ async fn start_daemon(
     smtp_port: u16,
     pin: bool,
 ) -> anyhow::Result<Daemon> {
-    start_daemon_with(binary, dir, database_url, smtp_port, pin, &[]).await
+    start_daemon_with(binary, dir, database_url, smtp_port, pin, &[], None).await
 }
 
-/// [`start_daemon`] with more `HERALD_*` settings.
+/// [`start_daemon`] with more `HERALD_*` settings, and for a daemon joining a database another
+/// one bootstrapped, that one's tenant and keys (`joining`).
 async fn start_daemon_with(
     binary: &PathBuf,
     dir: &std::path::Path,
@@ -158,6 +163,7 @@ async fn start_daemon_with(
     smtp_port: u16,
     pin: bool,
     extra: &[(String, String)],
+    joining: Option<Bootstrapped>,
 ) -> anyhow::Result<Daemon> {
     let env = |command: &mut tokio::process::Command| {
         command
@@ -170,13 +176,19 @@ async fn start_daemon_with(
             .env("HERALD_LOG_FORMAT", "json")
             .env("HERALD_LOG", std::env::var("HERALD_BENCH_LOG").unwrap_or_else(|_| "info".into()));
     };
-    let mut admin = tokio::process::Command::new(binary);
-    env(&mut admin);
-    let out = admin.args(["admin", "bootstrap", "--json"]).output().await.context("run heraldd admin")?;
-    if !out.status.success() {
-        bail!("heraldd admin bootstrap failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let boot: Bootstrapped = serde_json::from_slice(&out.stdout)?;
+    let boot = match joining {
+        Some(boot) => boot,
+        None => {
+            let mut admin = tokio::process::Command::new(binary);
+            env(&mut admin);
+            let out =
+                admin.args(["admin", "bootstrap", "--json"]).output().await.context("run heraldd admin")?;
+            if !out.status.success() {
+                bail!("heraldd admin bootstrap failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            serde_json::from_slice(&out.stdout)?
+        }
+    };
     let mut command = if pin {
         let mut c = tokio::process::Command::new("taskset");
         c.args(["-c", "0"]).arg(binary);
@@ -464,7 +476,15 @@ async fn dispatch(
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     match Cli::parse().command {
-        Command::Dispatch { backend, requests, concurrency, daemon, pin } => {
+        Command::Dispatch { daemons: 2.., backend: BackendArg::Sqlite, .. } => {
+            bail!("several daemons share a PostgreSQL database: add --backend postgres")
+        }
+        Command::Dispatch { daemons: daemons @ 2.., requests, concurrency, daemon, .. } => {
+            let (streams, rate, seconds) = (1_000, 1_000, 10);
+            fleet::run(fleet::Options { daemons, requests, concurrency, daemon, streams, rate, seconds })
+                .await
+        }
+        Command::Dispatch { backend, requests, concurrency, daemon, pin, .. } => {
             dispatch(backend, requests, concurrency, daemon, pin).await
         }
         Command::Cli { rows, concurrency, daemon, herald, runs } => {

@@ -13,12 +13,20 @@ use tokio::{
     net::TcpListener,
 };
 
+/// When each `bench-N` first arrived, and how many messages arrived in all (more than the
+/// distinct subjects means some were delivered twice).
 #[derive(Clone, Default)]
-pub struct Received(Arc<Mutex<HashMap<usize, Instant>>>);
+pub struct Received(Arc<Mutex<HashMap<usize, Instant>>>, Arc<std::sync::atomic::AtomicUsize>);
 
 impl Received {
+    /// Distinct messages received.
     pub fn count(&self) -> usize {
         self.0.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Messages received more than once (a second delivery of one `bench-N`).
+    pub fn duplicates(&self) -> usize {
+        self.1.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(self.count())
     }
 
     pub fn at(&self, index: usize) -> Option<Instant> {
@@ -55,6 +63,7 @@ async fn session(stream: tokio::net::TcpStream, sink: Received) -> std::io::Resu
                 in_data = false;
                 if let (Some(index), Ok(mut map)) = (subject.take(), sink.0.lock()) {
                     map.entry(index).or_insert_with(Instant::now);
+                    sink.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 write.write_all(b"250 2.0.0 queued\r\n").await?;
             } else if let Some(rest) = line.strip_prefix("Subject: bench-") {

@@ -87,20 +87,17 @@ async fn hold_stream(
     Ok(())
 }
 
-pub async fn run(
+/// Opens `streams` user streams (`user-0`, `user-1`, …) on the daemon at `url`, in waves;
+/// returns how many reached `connection.ready` (within two minutes).
+async fn open_streams(
     url: &str,
-    pid: u32,
     boot: &Bootstrapped,
     streams: usize,
-    rate: usize,
-    seconds: u64,
-) -> anyhow::Result<()> {
+    sent: &Sent,
+    latencies: &Latencies,
+) -> usize {
     let addr = url.trim_start_matches("http://").to_owned();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = rss_kib(pid);
     let ready = Arc::new(AtomicUsize::new(0));
-    let sent: Sent = Arc::default();
-    let latencies: Latencies = Arc::default();
     let connecting = Instant::now();
     let give_up = connecting + Duration::from_secs(120);
     for i in 0..streams {
@@ -122,13 +119,19 @@ pub async fn run(
     while ready.load(Ordering::Relaxed) < streams && connecting.elapsed() < Duration::from_secs(120) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let connected = ready.load(Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = rss_kib(pid);
-    let per_stream = (after.saturating_sub(before)) as f64 / connected.max(1) as f64;
+    ready.load(Ordering::Relaxed)
+}
 
-    // A steady rate of in-app notifications to random connected users.
-    let total = rate * seconds as usize;
+/// Sends `rate` in-app notifications a second, `total` in all, to random users of the
+/// `connected` streams through the daemon at `url`.
+async fn send_paced(
+    url: &str,
+    boot: &Bootstrapped,
+    connected: usize,
+    rate: usize,
+    total: usize,
+    sent: &Sent,
+) -> crate::load::Paced {
     let body = |index: usize| {
         let user = rand::rng().random_range(0..connected.max(1));
         serde_json::json!({"channel": "in_app", "recipient": format!("user-{user}"), "title": format!("b-{index}"), "body": "bench"})
@@ -138,9 +141,56 @@ pub async fn run(
             m.insert(index, Instant::now());
         }
     };
+    crate::load::paced(url, &boot.api_key, "/api/v1/notifications", rate, total, body, on_send).await
+}
+
+/// Streams held on one daemon (`stream_url`) while another daemon on the same database
+/// (`dispatch_url`) takes `rate` in-app dispatches a second for `seconds`: how many streams
+/// connected, how many dispatches were accepted, and each `notification.created` latency
+/// (dispatch to event, sorted).
+pub async fn across(
+    dispatch_url: &str,
+    stream_url: &str,
+    boot: &Bootstrapped,
+    streams: usize,
+    rate: usize,
+    seconds: u64,
+) -> (usize, usize, Vec<Duration>) {
+    let sent: Sent = Arc::default();
+    let latencies: Latencies = Arc::default();
+    let connected = open_streams(stream_url, boot, streams, &sent, &latencies).await;
+    let paced = send_paced(dispatch_url, boot, connected, rate, rate * seconds as usize, &sent).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut latencies: Vec<Duration> =
+        latencies.lock().map(|l| l.iter().map(|(l, _)| *l).collect()).unwrap_or_default();
+    latencies.sort();
+    (connected, paced.accepted, latencies)
+}
+
+pub async fn run(
+    url: &str,
+    pid: u32,
+    boot: &Bootstrapped,
+    streams: usize,
+    rate: usize,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = rss_kib(pid);
+    let sent: Sent = Arc::default();
+    let latencies: Latencies = Arc::default();
+    let connecting = Instant::now();
+    let connected = open_streams(url, boot, streams, &sent, &latencies).await;
+    let connected_in = connecting.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss_kib(pid);
+    let per_stream = (after.saturating_sub(before)) as f64 / connected.max(1) as f64;
+
+    // A steady rate of in-app notifications to random connected users.
+    let total = rate * seconds as usize;
     let started = Instant::now();
     let crate::load::Paced { accepted, answered, sending } =
-        crate::load::paced(url, &boot.api_key, "/api/v1/notifications", rate, total, body, on_send).await;
+        send_paced(url, boot, connected, rate, total, &sent).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut timed = latencies.lock().map(|l| l.clone()).unwrap_or_default();
     timed.sort();
@@ -148,7 +198,7 @@ pub async fn run(
     let pct = |p: f64| crate::load::percentile(&latencies, p).as_secs_f64() * 1000.0;
     println!(
         "\nSQLite, {streams} streams requested, {connected} connected in {:.1} s\n",
-        connecting.elapsed().as_secs_f64()
+        connected_in.as_secs_f64()
     );
     println!("| measure | figure | target |");
     println!("|---|---|---|");

@@ -86,7 +86,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         ("HERALD_OPERATOR_ISSUER".to_owned(), herald_tests::idp::ISSUER.to_owned()),
         ("HERALD_OPERATOR_AUDIENCE".to_owned(), herald_tests::idp::AUDIENCE.to_owned()),
     ];
-    let d = start_daemon_with(&options.daemon, dir.path(), &database_url, smtp_port, false, &extra).await?;
+    let d =
+        start_daemon_with(&options.daemon, dir.path(), &database_url, smtp_port, false, &extra, None).await?;
     let tenant = TenantId::parse(d.boot.tenant_id.as_str())?;
     let operator = idp.operator_token(&tenant, &Scope::ALL);
     let stats = dir.path().join("tui-stats.jsonl");

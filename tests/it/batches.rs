@@ -266,3 +266,160 @@ async fn grouped_attempt_outcomes(backend: Backend) {
     store.close().await;
 }
 both_backends!(grouped_attempt_outcomes_on_each_backend, grouped_attempt_outcomes);
+
+/// 300 OTP sends at once, six to each of 50 recipients against a limit of five: every
+/// recipient gets exactly five codes and one refusal with a wait, however the sends were
+/// grouped (two sends to one recipient never share a group; they would not see each other).
+async fn grouped_otp_sends(backend: Backend) {
+    use herald_common::ids::OtpId;
+    use herald_daemon::store::{Limit, NewOtp, OtpSendStart};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, app) = open(backend, dir.path()).await;
+    let grouped_before = herald_daemon::store::grouped_operations();
+    let limit = Limit { max: 5, window_ms: 600_000 };
+    let mut tasks = Vec::new();
+    for i in 0..300usize {
+        let now = herald_daemon::store::now_millis();
+        let otp = NewOtp {
+            id: OtpId::new(),
+            tenant_id: tenant.clone(),
+            application_id: app.clone(),
+            channel: Channel::Sms,
+            recipient_key: format!("+1415555{:04}", i % 50),
+            recipient_masked: "+1******".into(),
+            salt: "salt".into(),
+            code_hash: "hash".into(),
+            expires_at: now + 600_000,
+            created_at: now,
+        };
+        let store = store.clone();
+        tasks.push(tokio::spawn(
+            async move { (i % 50, store.begin_otp_send(otp, None, limit).await.unwrap()) },
+        ));
+    }
+    let mut started: HashMap<usize, usize> = HashMap::new();
+    let mut refused: HashMap<usize, usize> = HashMap::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            (r, OtpSendStart::Started) => *started.entry(r).or_default() += 1,
+            (r, OtpSendStart::RateLimited { retry_after_ms }) => {
+                assert!(retry_after_ms > 0 && retry_after_ms <= 600_000, "{retry_after_ms}");
+                *refused.entry(r).or_default() += 1;
+            }
+            (_, other) => panic!("no idempotency key was given: {other:?}"),
+        }
+    }
+    for r in 0..50 {
+        assert_eq!((started.get(&r), refused.get(&r)), (Some(&5), Some(&1)), "recipient {r}");
+    }
+    assert!(herald_daemon::store::grouped_operations() > grouped_before, "no send was written in a group");
+    store.close().await;
+}
+both_backends!(grouped_otp_sends_on_each_backend, grouped_otp_sends);
+
+/// 240 verifications at once over 40 transactions of 8 recipients: for each transaction, wrong
+/// guesses, then (in another round) the right code and a second right code. The rules given
+/// here record what each verification saw: the recipient's earlier failures must be counted as
+/// if the verifications had run one after the other, however they were grouped.
+async fn grouped_otp_verifications(backend: Backend) {
+    use std::sync::{Arc, Mutex};
+
+    use herald_common::{api::otp::OtpStatus, ids::OtpId};
+    use herald_daemon::store::{Limit, NewOtp, OtpSendStart, OtpVerdict};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, app) = open(backend, dir.path()).await;
+    let grouped_before = herald_daemon::store::grouped_operations();
+    let now = herald_daemon::store::now_millis();
+    let mut transactions = Vec::new();
+    for t in 0..40usize {
+        let otp = NewOtp {
+            id: OtpId::new(),
+            tenant_id: tenant.clone(),
+            application_id: app.clone(),
+            channel: Channel::Sms,
+            recipient_key: format!("+1415000{:04}", t % 8),
+            recipient_masked: "+1******".into(),
+            salt: "salt".into(),
+            code_hash: format!("code-{t}"),
+            expires_at: now + 600_000,
+            created_at: now,
+        };
+        let limit = Limit { max: 100, window_ms: 600_000 };
+        transactions.push((otp.id.clone(), t % 8));
+        assert_eq!(store.begin_otp_send(otp, None, limit).await.unwrap(), OtpSendStart::Started);
+    }
+    // What each verification saw: (recipient, its earlier failures in the window).
+    let seen: Arc<Mutex<Vec<(usize, i64)>>> = Arc::default();
+    let verify = |id: OtpId, recipient: usize, guess: String| {
+        let (store, app, seen) = (store.clone(), app.clone(), seen.clone());
+        tokio::spawn(async move {
+            let now = herald_daemon::store::now_millis();
+            store
+                .verify_otp(&id, &app, now, 600_000, move |snapshot| {
+                    if snapshot.status == OtpStatus::Verified {
+                        return OtpVerdict::AlreadyVerified;
+                    }
+                    if snapshot.code_hash == guess {
+                        return OtpVerdict::Verified;
+                    }
+                    seen.lock().unwrap().push((recipient, snapshot.recent_failures));
+                    OtpVerdict::Wrong { failed_attempts: snapshot.failed_attempts + 1, tombstoned: false }
+                })
+                .await
+                .unwrap()
+        })
+    };
+    // Round one: four wrong guesses per transaction, plus verifications of unknown ids.
+    let mut tasks = Vec::new();
+    for (id, recipient) in &transactions {
+        for _ in 0..4 {
+            tasks.push(verify(id.clone(), *recipient, "wrong".into()));
+        }
+    }
+    let mut unknown = Vec::new();
+    for _ in 0..40 {
+        unknown.push(verify(OtpId::new(), 99, "x".into()));
+    }
+    for task in tasks {
+        assert!(matches!(task.await.unwrap(), Some(OtpVerdict::Wrong { .. })));
+    }
+    for task in unknown {
+        assert_eq!(task.await.unwrap(), None, "no such transaction");
+    }
+    // Each recipient had 5 transactions × 4 wrong guesses: one after the other, they saw 0..20
+    // earlier failures, each number once.
+    let mut by_recipient: HashMap<usize, Vec<i64>> = HashMap::new();
+    for (recipient, failures) in seen.lock().unwrap().iter() {
+        by_recipient.entry(*recipient).or_default().push(*failures);
+    }
+    for r in 0..8 {
+        let mut counts = by_recipient.remove(&r).unwrap_or_default();
+        counts.sort_unstable();
+        assert_eq!(
+            counts,
+            (0..20).collect::<Vec<i64>>(),
+            "recipient {r}'s failures as each verification saw them"
+        );
+    }
+    // Round two: the right code twice per transaction; one verifies, the other finds it verified.
+    let mut tasks = Vec::new();
+    for (t, (id, recipient)) in transactions.iter().enumerate() {
+        for _ in 0..2 {
+            tasks.push((t, verify(id.clone(), *recipient, format!("code-{t}"))));
+        }
+    }
+    let mut verified: HashMap<usize, Vec<OtpVerdict>> = HashMap::new();
+    for (t, task) in tasks {
+        verified.entry(t).or_default().push(task.await.unwrap().unwrap());
+    }
+    for (t, mut verdicts) in verified {
+        verdicts.sort_by_key(|v| format!("{v:?}"));
+        assert_eq!(verdicts, [OtpVerdict::AlreadyVerified, OtpVerdict::Verified], "transaction {t}");
+    }
+    assert!(
+        herald_daemon::store::grouped_operations() > grouped_before,
+        "no verification was written in a group"
+    );
+    store.close().await;
+}
+both_backends!(grouped_otp_verifications_on_each_backend, grouped_otp_verifications);

@@ -402,8 +402,10 @@ impl Store {
             .connect_with(options)
             .await?;
         POSTGRES_MIGRATIONS.run(&pool).await?;
-        // Writers take connections from the same pool; leave at least one for readers.
-        let writers = (max_connections / 2).clamp(1, 4) as usize;
+        // Writers take connections from the same pool; leave the rest for readers. Two writers:
+        // one batch commits while the next is written; more only split the queue into smaller
+        // batches (docs/PERFORMANCE.md, "Writers").
+        let writers = if max_connections >= 4 { 2 } else { 1 };
         let writer = writer::spawn_postgres(pool.clone(), writers);
         Ok(Store {
             readers: Readers::Postgres(pool),

@@ -56,6 +56,10 @@ pub(super) enum Work {
     Dispatch(Box<notifications::Dispatch>),
     /// A delivery attempt's outcome (answers whether the lease was still held).
     Attempt(Box<notifications::Attempt>),
+    /// An OTP send (answers an `OtpSendStart`).
+    OtpSend(Box<super::otp::OtpSend>),
+    /// An OTP verification (answers an `Option<OtpVerdict>`).
+    OtpVerify(Box<super::otp::OtpVerify>),
 }
 
 impl Work {
@@ -67,6 +71,9 @@ impl Work {
             Work::One(_) => None,
             Work::Dispatch(d) => Some((1, d.conflict_key())),
             Work::Attempt(a) => Some((2, Some(a.conflict_key()))),
+            // A send with an idempotency key runs alone.
+            Work::OtpSend(o) => o.conflict_key().map(|key| (3, Some(key))),
+            Work::OtpVerify(v) => Some((4, Some(v.conflict_key()))),
         }
     }
 
@@ -79,6 +86,8 @@ impl Work {
                 Some(notifications::dispatch_one(conn, d).await.map(|r| Box::new(r) as Erased))
             }
             Work::Attempt(a) => Some(notifications::record_one(conn, a).await.map(|r| Box::new(r) as Erased)),
+            Work::OtpSend(o) => Some(super::otp::send_one(conn, o).await.map(|r| Box::new(r) as Erased)),
+            Work::OtpVerify(v) => Some(super::otp::verify_one(conn, v).await.map(|r| Box::new(r) as Erased)),
         };
         match (outcome, self) {
             (Some(outcome), work) => outcome.map_err(|e| (e, Some(work))),
@@ -92,23 +101,29 @@ impl Work {
 enum Group<'a> {
     Dispatches(Vec<&'a notifications::Dispatch>),
     Attempts(Vec<&'a notifications::Attempt>),
+    OtpSends(Vec<&'a super::otp::OtpSend>),
+    OtpVerifies(Vec<&'a super::otp::OtpVerify>),
 }
 
 impl<'a> Group<'a> {
     /// The work of `jobs`, if they are all of one groupable kind.
     fn of(jobs: &'a [Job]) -> Option<Self> {
-        let dispatches: Vec<_> = jobs
-            .iter()
-            .filter_map(|j| if let Work::Dispatch(d) = &j.work { Some(&**d) } else { None })
-            .collect();
-        if dispatches.len() == jobs.len() {
-            return Some(Group::Dispatches(dispatches));
+        macro_rules! all {
+            ($work:ident, $group:ident) => {{
+                let works: Vec<_> = jobs
+                    .iter()
+                    .filter_map(|j| if let Work::$work(w) = &j.work { Some(&**w) } else { None })
+                    .collect();
+                (works.len() == jobs.len()).then_some(Group::$group(works))
+            }};
         }
-        let attempts: Vec<_> = jobs
-            .iter()
-            .filter_map(|j| if let Work::Attempt(a) = &j.work { Some(&**a) } else { None })
-            .collect();
-        (attempts.len() == jobs.len()).then_some(Group::Attempts(attempts))
+        match &jobs.first()?.work {
+            Work::Dispatch(_) => all!(Dispatch, Dispatches),
+            Work::Attempt(_) => all!(Attempt, Attempts),
+            Work::OtpSend(_) => all!(OtpSend, OtpSends),
+            Work::OtpVerify(_) => all!(OtpVerify, OtpVerifies),
+            Work::One(_) => None,
+        }
     }
 
     /// Whether the group is written by one statement (so it needs no transaction of its own):
@@ -118,6 +133,7 @@ impl<'a> Group<'a> {
             && match self {
                 Group::Dispatches(d) => d.iter().all(|d| d.conflict_key().is_none()),
                 Group::Attempts(_) => true,
+                Group::OtpSends(_) | Group::OtpVerifies(_) => false,
             }
     }
 
@@ -130,6 +146,8 @@ impl<'a> Group<'a> {
         match group {
             Some(Group::Dispatches(d)) => notifications::dispatch_all(conn, &d).await.map(boxed),
             Some(Group::Attempts(a)) => notifications::record_all(conn, &a).await.map(boxed),
+            Some(Group::OtpSends(o)) => super::otp::send_all(conn, &o).await.map(boxed),
+            Some(Group::OtpVerifies(v)) => super::otp::verify_all(conn, &v).await.map(boxed),
             None => Err(StoreError::Statement("a write group mixes kinds of work".to_owned())),
         }
     }
