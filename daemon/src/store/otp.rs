@@ -564,7 +564,7 @@ pub(super) async fn verify_one(conn: &mut Conn<'_>, verify: &OtpVerify) -> Store
 }
 
 /// Verifies many codes (no transaction twice). On PostgreSQL: one statement locks and reads
-/// every transaction (in id order), one locks their recipients, one counts the recipients'
+/// every transaction (in id order) and locks their recipients, one counts the recipients'
 /// recent failures; the rules judge each in turn (a wrong code counts against the next
 /// verification of the same recipient in the group, as it would one after the other); one
 /// statement writes every verdict. On SQLite each runs in turn.
@@ -586,14 +586,21 @@ pub(super) async fn verify_all(
         snapshot: OtpSnapshot,
     }
     super::count_call();
+    // The transactions' rows, then their recipients' rows, each locked in one order.
     let locked: Vec<Locked> = sqlx::query_as(
-        "SELECT o.id, o.recipient_key, o.salt, o.code_hash,
-                CASE o.status WHEN 'sending' THEN 'failed' ELSE o.status END AS status,
-                o.failed_attempts, o.expires_at,
+        "WITH t AS (
+             SELECT o.id, o.application_id, o.recipient_key, o.salt, o.code_hash,
+                    CASE o.status WHEN 'sending' THEN 'failed' ELSE o.status END AS status,
+                    o.failed_attempts, o.expires_at
+             FROM otp_transactions o JOIN unnest($1::text[], $2::text[]) AS t(id, application_id)
+               ON o.id = t.id AND o.application_id = t.application_id
+             ORDER BY o.id FOR UPDATE OF o),
+         r AS (INSERT INTO otp_recipients (application_id, recipient_key)
+             SELECT DISTINCT application_id, recipient_key FROM t ORDER BY application_id, recipient_key
+             ON CONFLICT (application_id, recipient_key) DO UPDATE SET recipient_key = excluded.recipient_key)
+         SELECT id, recipient_key, salt, code_hash, status, failed_attempts, expires_at,
                 CAST(0 AS BIGINT) AS recent_failures, CAST(NULL AS BIGINT) AS oldest_failure
-         FROM otp_transactions o JOIN unnest($1::text[], $2::text[]) AS t(id, application_id)
-           ON o.id = t.id AND o.application_id = t.application_id
-         ORDER BY o.id FOR UPDATE OF o",
+         FROM t",
     )
     .bind(verifies.iter().map(|v| v.id.as_str()).collect::<Vec<_>>())
     .bind(verifies.iter().map(|v| v.app.as_str()).collect::<Vec<_>>())
@@ -603,12 +610,9 @@ pub(super) async fn verify_all(
         .iter()
         .map(|v| locked.iter().find(|l| l.id == v.id.as_str()).map(|l| l.snapshot.clone()))
         .collect();
-    // The recipients of the transactions found, locked in one order, then their failures.
+    // The recipients' failures, read after their rows were locked.
     let found: Vec<(usize, &OtpSnapshot)> =
         snapshots.iter().enumerate().filter_map(|(i, s)| Some((i, s.as_ref()?))).collect();
-    let recipients =
-        found.iter().map(|(i, s)| (verifies[*i].app.as_str(), s.recipient_key.as_str())).collect();
-    lock_recipients(pg, recipients).await?;
     super::count_call();
     let counts: Vec<(i64, i64, Option<i64>)> = sqlx::query_as(
         "SELECT t.ord, COUNT(f.at), MIN(f.at)
