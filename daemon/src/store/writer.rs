@@ -173,8 +173,8 @@ impl Unit {
     }
 }
 
-/// Orders a batch into units: each kind of typed work with more than one job becomes a group
-/// (its repeats of a conflict key run alone after it), the rest run one by one.
+/// Orders a batch into units: each kind of typed work becomes a group (on SQLite only from two
+/// jobs up), whose repeats of a conflict key run alone after the groups, with the closures.
 fn units(batch: Vec<Job>, engine: super::Engine) -> std::collections::VecDeque<Unit> {
     let mut groups: Vec<(u8, Vec<Job>, std::collections::HashSet<String>)> = Vec::new();
     let mut singles = Vec::new();
