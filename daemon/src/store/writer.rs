@@ -138,17 +138,39 @@ impl<'a> Group<'a> {
     }
 
     /// Runs the group: one answer per job, in order, or an error if the group as a whole failed
-    /// (its partial changes are the caller's to undo).
+    /// (its partial changes are the caller's to undo). On PostgreSQL with its kind's set-based
+    /// statements; on SQLite, where a statement is a call in place and costs no round trip, each
+    /// operation's own statements in turn (under the group's one savepoint).
     async fn run(group: Option<Self>, conn: &mut Conn<'_>) -> StoreResult<Vec<Erased>> {
         fn boxed<T: Send + 'static>(values: Vec<T>) -> Vec<Erased> {
             values.into_iter().map(|v| Box::new(v) as Erased).collect()
         }
+        /// Each of `$works` alone, through `$one`.
+        macro_rules! one_by_one {
+            ($works:expr, $one:path) => {{
+                let mut answers = Vec::with_capacity($works.len());
+                for work in $works {
+                    answers.push(Box::new($one(conn, work).await?) as Erased);
+                }
+                Ok(answers)
+            }};
+        }
+        let Some(group) = group else {
+            return Err(StoreError::Statement("a write group mixes kinds of work".to_owned()));
+        };
+        if let Conn::Postgres(pg) = conn {
+            return match group {
+                Group::Dispatches(d) => notifications::dispatch_all(pg, &d).await.map(boxed),
+                Group::Attempts(a) => notifications::record_all(pg, &a).await.map(boxed),
+                Group::OtpSends(o) => super::otp::send_all(pg, &o).await.map(boxed),
+                Group::OtpVerifies(v) => super::otp::verify_all(pg, &v).await.map(boxed),
+            };
+        }
         match group {
-            Some(Group::Dispatches(d)) => notifications::dispatch_all(conn, &d).await.map(boxed),
-            Some(Group::Attempts(a)) => notifications::record_all(conn, &a).await.map(boxed),
-            Some(Group::OtpSends(o)) => super::otp::send_all(conn, &o).await.map(boxed),
-            Some(Group::OtpVerifies(v)) => super::otp::verify_all(conn, &v).await.map(boxed),
-            None => Err(StoreError::Statement("a write group mixes kinds of work".to_owned())),
+            Group::Dispatches(d) => one_by_one!(d, notifications::dispatch_one),
+            Group::Attempts(a) => one_by_one!(a, notifications::record_one),
+            Group::OtpSends(o) => one_by_one!(o, super::otp::send_one),
+            Group::OtpVerifies(v) => one_by_one!(v, super::otp::verify_one),
         }
     }
 }

@@ -1,0 +1,351 @@
+//! The writer's typed work for notifications (see `store/writer.rs`): dispatches and delivery
+//! attempt outcomes, one at a time and, on PostgreSQL, a group's worth in set-based statements.
+
+use super::*;
+
+/// A dispatch for the writer: the notification and its idempotency record.
+pub(crate) struct Dispatch {
+    pub(super) notification: NewNotification,
+    pub(super) idempotency: Option<IdempotentResponse>,
+}
+
+impl Dispatch {
+    /// Its idempotency key: two dispatches with one key are never written in one group.
+    pub(in crate::store) fn conflict_key(&self) -> Option<String> {
+        let key = &self.idempotency.as_ref()?.key.key;
+        Some(format!("{}\n{key}", self.notification.application_id))
+    }
+}
+
+/// Writes one dispatch: claims its idempotency key, then inserts the notification.
+pub(in crate::store) async fn dispatch_one(
+    conn: &mut Conn<'_>,
+    dispatch: &Dispatch,
+) -> StoreResult<DispatchResult> {
+    let Dispatch { notification, idempotency } = dispatch;
+    if let Some(idem) = idempotency {
+        let result = idempotency::claim(
+            conn,
+            &notification.application_id,
+            &idem.key,
+            Some((idem.status_code, idem.body.as_str())),
+            notification.created_at,
+            idem.ttl_ms,
+        )
+        .await?;
+        if result != DispatchResult::Created {
+            return Ok(result);
+        }
+    }
+    insert_notification(conn, notification).await?;
+    Ok(DispatchResult::Created)
+}
+
+/// Writes many dispatches (no idempotency key twice). On PostgreSQL: one statement claims
+/// every key (one more reads the keys held already), one inserts every notification with its
+/// delivery job or inbox item and sends the inbox NOTIFY. (On SQLite the writer runs
+/// [`dispatch_one`] for each.)
+pub(in crate::store) async fn dispatch_all(
+    pg: &mut sqlx::PgConnection,
+    dispatches: &[&Dispatch],
+) -> StoreResult<Vec<DispatchResult>> {
+    let keyed: Vec<usize> = (0..dispatches.len()).filter(|&i| dispatches[i].idempotency.is_some()).collect();
+    let mut results = vec![DispatchResult::Created; dispatches.len()];
+    if !keyed.is_empty() {
+        let claims: Vec<idempotency::Claim<'_>> = keyed
+            .iter()
+            .filter_map(|&i| {
+                let Dispatch { notification, idempotency } = dispatches[i];
+                let idem = idempotency.as_ref()?;
+                Some(idempotency::Claim {
+                    application_id: &notification.application_id,
+                    idempotency: &idem.key,
+                    status_code: idem.status_code,
+                    body: &idem.body,
+                    now: notification.created_at,
+                    ttl_ms: idem.ttl_ms,
+                })
+            })
+            .collect();
+        for (i, result) in keyed.iter().zip(idempotency::claim_all(pg, &claims).await?) {
+            results[*i] = result;
+        }
+    }
+    let created: Vec<&NewNotification> = dispatches
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| **r == DispatchResult::Created)
+        .map(|(d, _)| &d.notification)
+        .collect();
+    if !created.is_empty() {
+        insert_notifications(pg, &created).await?;
+    }
+    Ok(results)
+}
+
+/// The largest `herald_inbox` payload (PostgreSQL refuses 8,000 bytes and more).
+const NOTIFY_LIMIT: usize = 7_000;
+
+/// Inserts notifications with their delivery jobs or (in-app) inbox items, numbered from each
+/// user's sequence, and their `delivered` attempts, in one statement that also sends the
+/// `herald_inbox` NOTIFYs: one per batch, naming every user whose inbox grew (more only if the
+/// names pass [`NOTIFY_LIMIT`]). Users' sequences are taken in one order by every writer, so
+/// two batches never wait on each other in a cycle.
+async fn insert_notifications(
+    conn: &mut sqlx::PgConnection,
+    notifications: &[&NewNotification],
+) -> StoreResult<()> {
+    let text = |f: &dyn Fn(&NewNotification) -> Option<&str>| -> Vec<Option<String>> {
+        notifications.iter().map(|n| f(n).map(str::to_owned)).collect()
+    };
+    let in_app = |n: &NewNotification| n.channel == Channel::InApp;
+    let status = |n: &NewNotification| {
+        if in_app(n) { DeliveryStatus::Delivered } else { DeliveryStatus::Queued }.as_str()
+    };
+    let item_ids: Vec<Option<String>> =
+        notifications.iter().map(|n| in_app(n).then(|| InAppId::new().to_string())).collect();
+    let mut users: Vec<(&str, &str)> = notifications
+        .iter()
+        .filter(|n| in_app(n))
+        .map(|n| (n.application_id.as_str(), n.recipient.as_str()))
+        .collect();
+    users.sort_unstable();
+    users.dedup();
+    let mut payloads = Vec::new();
+    let mut users = users.into_iter().peekable();
+    while users.peek().is_some() {
+        let mut created = Vec::new();
+        let mut size = 0;
+        while let Some((app, user)) =
+            users.next_if(|(a, u)| created.is_empty() || size + a.len() + u.len() + 8 < NOTIFY_LIMIT)
+        {
+            size += app.len() + user.len() + 8;
+            created.push([app, user]);
+        }
+        payloads.push(crate::store::inbox::notify_created_payload(&created));
+    }
+    crate::store::count_call();
+    sqlx::query(INSERT_NOTIFICATIONS)
+        .bind(text(&|n| Some(n.id.as_str())))
+        .bind(text(&|n| Some(n.tenant_id.as_str())))
+        .bind(text(&|n| Some(n.application_id.as_str())))
+        .bind(text(&|n| Some(n.channel.as_str())))
+        .bind(text(&|n| Some(n.recipient.as_str())))
+        .bind(text(&|n| Some(n.recipient_masked.as_str())))
+        .bind(text(&|n| n.sender.as_deref()))
+        .bind(text(&|n| n.subject.as_deref()))
+        .bind(text(&|n| n.title.as_deref()))
+        .bind(text(&|n| Some(n.body.as_str())))
+        .bind(text(&|n| n.html_body.as_deref()))
+        .bind(text(&|n| n.data.as_deref()))
+        .bind(text(&|n| n.template_id.as_ref().map(|t| t.as_str())))
+        .bind(text(&|n| Some(status(n))))
+        .bind(notifications.iter().map(|n| i64::from(in_app(n))).collect::<Vec<i64>>())
+        .bind(notifications.iter().map(|n| n.created_at).collect::<Vec<i64>>())
+        .bind(item_ids)
+        .bind(text(&|n| Some(n.title.as_deref().or(n.subject.as_deref()).unwrap_or_default())))
+        .bind(payloads)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// See [`insert_notifications`]. `input.ord` keeps the order the dispatches arrived in, which
+/// numbers one user's new items.
+const INSERT_NOTIFICATIONS: &str = "WITH input AS (
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                              $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
+                              $15::int8[], $16::int8[], $17::text[], $18::text[])
+             WITH ORDINALITY AS t(id, tenant_id, application_id, channel, recipient, recipient_masked, sender,
+                                  subject, title, body, html_body, data, template_id, status, attempt_count,
+                                  created_at, item_id, item_title, ord)),
+     n AS (INSERT INTO notifications
+             (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
+              html_body, data, template_id, status, attempt_count, created_at, updated_at)
+         SELECT id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
+                html_body, data, template_id, status, attempt_count, created_at, created_at
+         FROM input),
+     q AS (INSERT INTO deliveries (notification_id, state, next_attempt_at)
+         SELECT id, 'pending', created_at FROM input WHERE item_id IS NULL),
+     inbox AS (
+         SELECT input.*,
+                row_number() OVER (PARTITION BY application_id, recipient ORDER BY ord) AS k,
+                count(*) OVER (PARTITION BY application_id, recipient) AS c
+         FROM input WHERE item_id IS NOT NULL),
+     s AS (INSERT INTO inbox_sequences (application_id, user_id, last_seq)
+         SELECT application_id, recipient, count(*) FROM inbox GROUP BY application_id, recipient
+         ORDER BY application_id, recipient
+         ON CONFLICT (application_id, user_id) DO UPDATE SET last_seq = inbox_sequences.last_seq + excluded.last_seq
+         RETURNING application_id, user_id, last_seq),
+     i AS (INSERT INTO inbox_items
+             (id, application_id, user_id, seq, notification_id, title, body, data, created_at, updated_at)
+         SELECT inbox.item_id, inbox.application_id, inbox.recipient, s.last_seq - inbox.c + inbox.k, inbox.id,
+                inbox.item_title, inbox.body, inbox.data, inbox.created_at, inbox.created_at
+         FROM inbox JOIN s ON s.application_id = inbox.application_id AND s.user_id = inbox.recipient),
+     d AS (INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)
+         SELECT id, 1, created_at, created_at, 'delivered', item_id FROM inbox)
+     SELECT count(pg_notify('herald_inbox', p)) FROM unnest($19::text[]) AS p";
+
+/// A delivery attempt's outcome for the writer.
+pub(crate) struct Attempt {
+    pub(super) id: NotificationId,
+    pub(super) lease_token: i64,
+    pub(super) span: AttemptSpan,
+    pub(super) result: AttemptResult,
+}
+
+impl Attempt {
+    /// Its notification: two outcomes for one notification are never written in one group.
+    pub(in crate::store) fn conflict_key(&self) -> String {
+        self.id.to_string()
+    }
+
+    /// How the attempt is logged: its outcome, provider message id and error.
+    fn logged(&self) -> (AttemptOutcome, Option<&str>, Option<&str>) {
+        match &self.result {
+            AttemptResult::Sent { provider_message_id } => {
+                (AttemptOutcome::Sent, provider_message_id.as_deref(), None)
+            }
+            AttemptResult::Retry { error, .. } | AttemptResult::Failed { error, transient: true, .. } => {
+                (AttemptOutcome::TransientFailure, None, Some(error))
+            }
+            AttemptResult::Failed { error, .. } => (AttemptOutcome::PermanentFailure, None, Some(error)),
+        }
+    }
+
+    /// The notification's status after the attempt, and the retry's time if there is one.
+    fn status(&self) -> (DeliveryStatus, Option<i64>) {
+        match &self.result {
+            AttemptResult::Sent { .. } => (DeliveryStatus::Sent, None),
+            AttemptResult::Retry { next_attempt_at, .. } => (DeliveryStatus::Queued, Some(*next_attempt_at)),
+            AttemptResult::Failed { .. } => (DeliveryStatus::Failed, None),
+        }
+    }
+}
+
+/// Records one attempt's outcome: `false` (and only the attempt logged) if the lease was lost.
+pub(in crate::store) async fn record_one(conn: &mut Conn<'_>, attempt: &Attempt) -> StoreResult<bool> {
+    let Attempt { id, lease_token, span, result } = attempt;
+    let now = crate::store::now_millis();
+    let held = match result {
+        AttemptResult::Retry { next_attempt_at, .. } => execute!(
+            conn,
+            "UPDATE deliveries SET state = 'pending', next_attempt_at = $3, locked_until = NULL
+             WHERE notification_id = $1 AND lease_token = $2 AND state = 'leased'",
+            id,
+            *lease_token,
+            *next_attempt_at
+        )?,
+        _ => execute!(
+            conn,
+            "DELETE FROM deliveries WHERE notification_id = $1 AND lease_token = $2 AND state = 'leased'",
+            id,
+            *lease_token
+        )?,
+    } == 1;
+    let (outcome, provider_message_id, error) = attempt.logged();
+    execute!(
+        conn,
+        "INSERT INTO delivery_attempts
+             (notification_id, attempt, started_at, finished_at, outcome, provider_message_id, error)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (notification_id, attempt) DO NOTHING",
+        id,
+        *lease_token,
+        span.started_at,
+        span.finished_at,
+        outcome,
+        provider_message_id,
+        error
+    )?;
+    if !held {
+        return Ok(false);
+    }
+    match result {
+        AttemptResult::Sent { .. } => execute!(
+            conn,
+            "UPDATE notifications SET status = 'sent', failure_reason = NULL, retryable = FALSE,
+                 updated_at = $2 WHERE id = $1",
+            id,
+            now
+        )?,
+        AttemptResult::Retry { .. } => execute!(
+            conn,
+            "UPDATE notifications SET status = 'queued', updated_at = $2 WHERE id = $1",
+            id,
+            now
+        )?,
+        AttemptResult::Failed { error, retryable, .. } => execute!(
+            conn,
+            "UPDATE notifications SET status = 'failed', failure_reason = $2, retryable = $3,
+                 updated_at = $4 WHERE id = $1",
+            id,
+            error,
+            *retryable,
+            now
+        )?,
+    };
+    Ok(true)
+}
+
+/// Records many attempts' outcomes (no notification twice) on PostgreSQL, in one statement. (On
+/// SQLite the writer runs [`record_one`] for each.)
+pub(in crate::store) async fn record_all(
+    pg: &mut sqlx::PgConnection,
+    attempts: &[&Attempt],
+) -> StoreResult<Vec<bool>> {
+    let logged: Vec<_> = attempts.iter().map(|a| a.logged()).collect();
+    let statuses: Vec<_> = attempts.iter().map(|a| a.status()).collect();
+    crate::store::count_call();
+    let held: Vec<String> = sqlx::query_scalar(RECORD_ATTEMPTS)
+        .bind(attempts.iter().map(|a| a.id.as_str()).collect::<Vec<_>>())
+        .bind(attempts.iter().map(|a| a.lease_token).collect::<Vec<_>>())
+        .bind(statuses.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>())
+        .bind(statuses.iter().map(|(_, next)| *next).collect::<Vec<_>>())
+        .bind(attempts.iter().map(|a| a.span.started_at).collect::<Vec<_>>())
+        .bind(attempts.iter().map(|a| a.span.finished_at).collect::<Vec<_>>())
+        .bind(logged.iter().map(|(o, ..)| o.as_str()).collect::<Vec<_>>())
+        .bind(logged.iter().map(|(_, p, _)| *p).collect::<Vec<_>>())
+        .bind(logged.iter().map(|(.., e)| *e).collect::<Vec<_>>())
+        .bind(
+            attempts
+                .iter()
+                .map(|a| matches!(a.result, AttemptResult::Failed { retryable: true, .. }))
+                .collect::<Vec<_>>(),
+        )
+        .bind(crate::store::now_millis())
+        .fetch_all(&mut *pg)
+        .await?;
+    let held: std::collections::HashSet<String> = held.into_iter().collect();
+    Ok(attempts.iter().map(|a| held.contains(a.id.as_str())).collect())
+}
+
+/// See [`record_all`]: the leases still held end (or, for a retry, go back to the queue), every
+/// attempt is logged, and the notifications of held leases take their new status.
+const RECORD_ATTEMPTS: &str = "WITH input AS (
+         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::text[],
+                              $8::text[], $9::text[], $10::bool[])
+             AS t(id, token, status, next_attempt_at, started_at, finished_at, outcome, provider_message_id,
+                  error, retryable)),
+     ended AS (DELETE FROM deliveries USING input
+         WHERE deliveries.notification_id = input.id AND deliveries.lease_token = input.token
+           AND deliveries.state = 'leased' AND input.status <> 'queued'
+         RETURNING deliveries.notification_id),
+     again AS (UPDATE deliveries SET state = 'pending', next_attempt_at = input.next_attempt_at, locked_until = NULL
+         FROM input
+         WHERE deliveries.notification_id = input.id AND deliveries.lease_token = input.token
+           AND deliveries.state = 'leased' AND input.status = 'queued'
+         RETURNING deliveries.notification_id),
+     held AS (SELECT notification_id FROM ended UNION ALL SELECT notification_id FROM again),
+     logged AS (INSERT INTO delivery_attempts
+             (notification_id, attempt, started_at, finished_at, outcome, provider_message_id, error)
+         SELECT id, token, started_at, finished_at, outcome, provider_message_id, error FROM input
+         ON CONFLICT (notification_id, attempt) DO NOTHING),
+     changed AS (UPDATE notifications SET
+             status = input.status,
+             failure_reason = CASE input.status WHEN 'sent' THEN NULL WHEN 'queued' THEN notifications.failure_reason
+                                                ELSE input.error END,
+             retryable = CASE input.status WHEN 'queued' THEN notifications.retryable ELSE input.retryable END,
+             updated_at = $11
+         FROM input JOIN held ON held.notification_id = input.id
+         WHERE notifications.id = input.id)
+     SELECT notification_id FROM held";
