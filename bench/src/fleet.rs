@@ -16,7 +16,7 @@ use herald_tests::Backend;
 use reqwest::Method;
 use serde_json::json;
 
-use crate::{Daemon, costs, load, row, smtp, start_daemon_with, streams};
+use crate::{Daemon, costs, load, profile, row, smtp, start_daemon_with, streams};
 
 pub struct Options {
     pub daemons: usize,
@@ -27,6 +27,8 @@ pub struct Options {
     pub streams: usize,
     pub rate: usize,
     pub seconds: u64,
+    /// `--perf`: record the in-app phases (see `profile.rs`).
+    pub perf: Option<PathBuf>,
 }
 
 /// The load of one phase, `requests` in all with `concurrency` connections, split evenly
@@ -82,7 +84,7 @@ fn email(i: usize) -> serde_json::Value {
 }
 
 pub async fn run(options: Options) -> anyhow::Result<()> {
-    let Options { daemons, requests, concurrency, daemon, streams, rate, seconds } = options;
+    let Options { daemons, requests, concurrency, daemon, streams, rate, seconds, perf } = options;
     if daemons < 2 {
         bail!("--daemons needs at least 2");
     }
@@ -111,8 +113,12 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         Ok(samples)
     };
 
+    let recording = profile::start(perf.as_deref(), "in_app_one_daemon").await?;
     let alone_in_app = split(&all[..1], requests, concurrency, 0, in_app).await;
+    profile::stop(recording).await?;
+    let recording = profile::start(perf.as_deref(), "in_app_split").await?;
     let shared_in_app = split(&all, requests, concurrency, 0, in_app).await;
+    profile::stop(recording).await?;
     let alone_email = split(&all[..1], requests, concurrency, 0, email).await;
     let deadline = Instant::now() + Duration::from_secs(300);
     while received.count() < alone_email.ok && Instant::now() < deadline {

@@ -13,12 +13,13 @@ mod costs;
 mod fleet;
 mod http;
 mod load;
+mod profile;
 mod smtp;
 mod streams;
 mod tui;
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::Stdio,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -87,6 +88,10 @@ enum Command {
         daemon: PathBuf,
         #[arg(long)]
         pin: bool,
+        /// Record each measured phase with `perf record -a -g` into this folder, and print
+        /// where the machine's CPU went (see bench/src/profile.rs).
+        #[arg(long)]
+        perf: Option<PathBuf>,
     },
     /// `herald send --file` with `--rows` rows next to the daemon's own email dispatch rate, and
     /// the start-up time of `herald --help` and `herald health` (SQLite).
@@ -135,6 +140,10 @@ enum Command {
         /// Daemons sharing one PostgreSQL database (2 or more: see bench/src/fleet.rs).
         #[arg(long, default_value_t = 1)]
         daemons: usize,
+        /// Record each measured phase with `perf record -a -g` into this folder, and print
+        /// where the machine's CPU went (see bench/src/profile.rs).
+        #[arg(long)]
+        perf: Option<PathBuf>,
     },
 }
 
@@ -253,6 +262,7 @@ async fn otp(
     concurrency: usize,
     daemon: PathBuf,
     pin: bool,
+    perf: Option<&Path>,
 ) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let backend = backend_of(backend)?;
@@ -263,6 +273,7 @@ async fn otp(
     let health: load::MakeRequest = Arc::new(|_| (Method::GET, "/healthz".into(), None));
     let floor = load::run(&d.url, None, pairs * 2, concurrency, health, nothing.clone()).await;
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let recording = profile::start(perf, "otp").await?;
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..concurrency {
@@ -311,6 +322,7 @@ async fn otp(
         errors += e;
     }
     let elapsed = started.elapsed();
+    profile::stop(recording).await?;
     latencies.sort();
     println!("\n{}, {pairs} OTP send + verify pairs, concurrency {concurrency}\n", engine_name(backend));
     println!("| path | per second | p50 ms | p99 ms | errors |");
@@ -339,6 +351,7 @@ async fn dispatch(
     concurrency: usize,
     daemon: PathBuf,
     pin: bool,
+    perf: Option<&Path>,
 ) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let backend = backend_of(backend)?;
@@ -378,9 +391,11 @@ async fn dispatch(
             })),
         )
     });
+    let recording = profile::start(perf, "in_app").await?;
     let before = costs::sample(&http, &d.url, pid).await?;
     let in_app =
         load::run(&d.url, Some(&d.boot.api_key), requests, concurrency, in_app, nothing.clone()).await;
+    profile::stop(recording).await?;
     let in_app_cost = before.until(&costs::sample(&http, &d.url, pid).await?, in_app.ok);
 
     let accepted_at = Arc::new(Mutex::new(vec![None::<Instant>; requests]));
@@ -395,6 +410,7 @@ async fn dispatch(
             })),
         )
     });
+    let recording = profile::start(perf, "email").await?;
     let before = costs::sample(&http, &d.url, pid).await?;
     let email_started = Instant::now();
     let email = load::run(
@@ -415,6 +431,7 @@ async fn dispatch(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let delivered_in = email_started.elapsed();
+    profile::stop(recording).await?;
     let email_cost = before.until(&costs::sample(&http, &d.url, pid).await?, received.count());
     let mut end_to_end: Vec<Duration> = {
         let accepted = accepted_at.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
@@ -472,20 +489,37 @@ async fn dispatch(
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // Named, so `--perf` tells the harness's threads from the daemon's.
+    tokio::runtime::Builder::new_multi_thread()
+        .thread_name("bench-load")
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     match Cli::parse().command {
         Command::Dispatch { daemons: 2.., backend: BackendArg::Sqlite, .. } => {
             bail!("several daemons share a PostgreSQL database: add --backend postgres")
         }
-        Command::Dispatch { daemons: daemons @ 2.., requests, concurrency, daemon, .. } => {
+        Command::Dispatch { daemons: daemons @ 2.., requests, concurrency, daemon, perf, .. } => {
             let (streams, rate, seconds) = (1_000, 1_000, 10);
-            fleet::run(fleet::Options { daemons, requests, concurrency, daemon, streams, rate, seconds })
-                .await
+            fleet::run(fleet::Options {
+                daemons,
+                requests,
+                concurrency,
+                daemon,
+                streams,
+                rate,
+                seconds,
+                perf,
+            })
+            .await
         }
-        Command::Dispatch { backend, requests, concurrency, daemon, pin, .. } => {
-            dispatch(backend, requests, concurrency, daemon, pin).await
+        Command::Dispatch { backend, requests, concurrency, daemon, pin, perf, .. } => {
+            dispatch(backend, requests, concurrency, daemon, pin, perf.as_deref()).await
         }
         Command::Cli { rows, concurrency, daemon, herald, runs } => {
             cli::run(cli::Options { rows, concurrency, daemon, herald, runs }).await
@@ -493,8 +527,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Tui { rate, seconds, daemon, herald } => {
             tui::run(tui::Options { rate, seconds, daemon, herald }).await
         }
-        Command::Otp { backend, pairs, concurrency, daemon, pin } => {
-            otp(backend, pairs, concurrency, daemon, pin).await
+        Command::Otp { backend, pairs, concurrency, daemon, pin, perf } => {
+            otp(backend, pairs, concurrency, daemon, pin, perf.as_deref()).await
         }
         Command::Activity { backend, items, requests, daemon } => {
             let backend = backend_of(backend)?;
