@@ -1,8 +1,9 @@
 //! Set-based write batches (store/writer.rs): dispatches and delivery outcomes that meet in a
 //! batch are written together, a fixed number of statements per group. These tests submit
 //! hundreds at once so that groups form, and check what each operation must still get on its
-//! own: inbox numbering without gaps per user, idempotency keys claimed once, leases honoured,
-//! activity counted, and a bad operation failing alone.
+//! own: inbox numbering without gaps per user, idempotency keys claimed once (by dispatches
+//! and by OTP sends), leases honoured, send limits kept, activity counted, and a bad operation
+//! failing alone.
 
 use std::collections::{HashMap, HashSet};
 
@@ -60,6 +61,28 @@ fn keyed(key: &str, hash: &str) -> Option<IdempotentResponse> {
         body: format!("{{\"hash\":\"{hash}\"}}"),
         ttl_ms: 3_600_000,
     })
+}
+
+/// An SMS code to `recipient`, created now and valid for ten minutes.
+fn otp(
+    tenant: &TenantId,
+    app: &ApplicationId,
+    recipient: String,
+    code_hash: String,
+) -> herald_daemon::store::NewOtp {
+    let now = herald_daemon::store::now_millis();
+    herald_daemon::store::NewOtp {
+        id: herald_common::ids::OtpId::new(),
+        tenant_id: tenant.clone(),
+        application_id: app.clone(),
+        channel: Channel::Sms,
+        recipient_key: recipient,
+        recipient_masked: "+1******".into(),
+        salt: "salt".into(),
+        code_hash,
+        expires_at: now + 600_000,
+        created_at: now,
+    }
 }
 
 /// 1,200 dispatches at once: in-app to a few users (several per batch for one user), email, some
@@ -271,27 +294,14 @@ both_backends!(grouped_attempt_outcomes_on_each_backend, grouped_attempt_outcome
 /// recipient gets exactly five codes and one refusal with a wait, however the sends were
 /// grouped (two sends to one recipient never share a group; they would not see each other).
 async fn grouped_otp_sends(backend: Backend) {
-    use herald_common::ids::OtpId;
-    use herald_daemon::store::{Limit, NewOtp, OtpSendStart};
+    use herald_daemon::store::{Limit, OtpSendStart};
     let dir = tempfile::tempdir().unwrap();
     let (store, tenant, app) = open(backend, dir.path()).await;
     let grouped_before = herald_daemon::store::grouped_operations();
     let limit = Limit { max: 5, window_ms: 600_000 };
     let mut tasks = Vec::new();
     for i in 0..300usize {
-        let now = herald_daemon::store::now_millis();
-        let otp = NewOtp {
-            id: OtpId::new(),
-            tenant_id: tenant.clone(),
-            application_id: app.clone(),
-            channel: Channel::Sms,
-            recipient_key: format!("+1415555{:04}", i % 50),
-            recipient_masked: "+1******".into(),
-            salt: "salt".into(),
-            code_hash: "hash".into(),
-            expires_at: now + 600_000,
-            created_at: now,
-        };
+        let otp = otp(&tenant, &app, format!("+1415555{:04}", i % 50), "hash".into());
         let store = store.clone();
         tasks.push(tokio::spawn(
             async move { (i % 50, store.begin_otp_send(otp, None, limit).await.unwrap()) },
@@ -302,8 +312,10 @@ async fn grouped_otp_sends(backend: Backend) {
     for task in tasks {
         match task.await.unwrap() {
             (r, OtpSendStart::Started) => *started.entry(r).or_default() += 1,
+            // The wait runs from this send's own time, which may be a moment before that of
+            // the sends that filled the window.
             (r, OtpSendStart::RateLimited { retry_after_ms }) => {
-                assert!(retry_after_ms > 0 && retry_after_ms <= 600_000, "{retry_after_ms}");
+                assert!(retry_after_ms > 0 && retry_after_ms <= 601_000, "{retry_after_ms}");
                 *refused.entry(r).or_default() += 1;
             }
             (_, other) => panic!("no idempotency key was given: {other:?}"),
@@ -317,6 +329,72 @@ async fn grouped_otp_sends(backend: Backend) {
 }
 both_backends!(grouped_otp_sends_on_each_backend, grouped_otp_sends);
 
+/// 520 OTP sends with idempotency keys at once: 40 recipients, six keys each against a limit of
+/// five, every key sent twice with one request and the first key once more with another. Keyed
+/// sends join groups too, and each must still get what it would alone: five codes per
+/// recipient, at most one per key (the key's other sends find it in flight or reused), and a
+/// refused send claims nothing.
+async fn grouped_keyed_otp_sends(backend: Backend) {
+    use herald_daemon::store::{Limit, OtpSendStart};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, app) = open(backend, dir.path()).await;
+    let grouped_before = herald_daemon::store::grouped_operations();
+    let limit = Limit { max: 5, window_ms: 600_000 };
+    let mut tasks = Vec::new();
+    for copy in 0..3usize {
+        for r in 0..40usize {
+            for k in 0..6usize {
+                if copy == 2 && k > 0 {
+                    continue;
+                }
+                let otp = otp(&tenant, &app, format!("+1415777{r:04}"), "hash".into());
+                let hash = if copy == 2 { "other" } else { "same" };
+                let key = IdempotencyKey { key: format!("otp-{r}-{k}"), request_hash: hash.into() };
+                let store = store.clone();
+                tasks.push(tokio::spawn(async move {
+                    ((r, k), store.begin_otp_send(otp, Some((key, 3_600_000)), limit).await.unwrap())
+                }));
+            }
+        }
+    }
+    let mut started: HashMap<usize, usize> = HashMap::new();
+    let mut started_keys: HashSet<(usize, usize)> = HashSet::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            ((r, k), OtpSendStart::Started) => {
+                *started.entry(r).or_default() += 1;
+                assert!(started_keys.insert((r, k)), "key otp-{r}-{k} started two sends");
+            }
+            // The wait runs from this send's own time, which may be a moment before that of
+            // the sends that filled the window.
+            (_, OtpSendStart::RateLimited { retry_after_ms }) => {
+                assert!(retry_after_ms > 0 && retry_after_ms <= 601_000, "{retry_after_ms}");
+            }
+            (_, OtpSendStart::Idempotent(DispatchResult::InFlight | DispatchResult::KeyReused)) => {}
+            (key, other) => panic!("{key:?}: {other:?}"),
+        }
+    }
+    let now = herald_daemon::store::now_millis();
+    for r in 0..40 {
+        assert_eq!(started.get(&r), Some(&5), "recipient {r}");
+        for k in 0..6 {
+            let key = IdempotencyKey { key: format!("otp-{r}-{k}"), request_hash: "same".into() };
+            let held = store.check_idempotency_key(&app, &key, now).await.unwrap();
+            if started_keys.contains(&(r, k)) {
+                assert!(
+                    matches!(held, DispatchResult::InFlight | DispatchResult::KeyReused),
+                    "otp-{r}-{k} started a send but is {held:?}"
+                );
+            } else {
+                assert_eq!(held, DispatchResult::Created, "otp-{r}-{k} was refused but claimed");
+            }
+        }
+    }
+    assert!(herald_daemon::store::grouped_operations() > grouped_before, "no send was written in a group");
+    store.close().await;
+}
+both_backends!(grouped_keyed_otp_sends_on_each_backend, grouped_keyed_otp_sends);
+
 /// 240 verifications at once over 40 transactions of 8 recipients: for each transaction, wrong
 /// guesses, then (in another round) the right code and a second right code. The rules given
 /// here record what each verification saw: the recipient's earlier failures must be counted as
@@ -325,25 +403,13 @@ async fn grouped_otp_verifications(backend: Backend) {
     use std::sync::{Arc, Mutex};
 
     use herald_common::{api::otp::OtpStatus, ids::OtpId};
-    use herald_daemon::store::{Limit, NewOtp, OtpSendStart, OtpVerdict};
+    use herald_daemon::store::{Limit, OtpSendStart, OtpVerdict};
     let dir = tempfile::tempdir().unwrap();
     let (store, tenant, app) = open(backend, dir.path()).await;
     let grouped_before = herald_daemon::store::grouped_operations();
-    let now = herald_daemon::store::now_millis();
     let mut transactions = Vec::new();
     for t in 0..40usize {
-        let otp = NewOtp {
-            id: OtpId::new(),
-            tenant_id: tenant.clone(),
-            application_id: app.clone(),
-            channel: Channel::Sms,
-            recipient_key: format!("+1415000{:04}", t % 8),
-            recipient_masked: "+1******".into(),
-            salt: "salt".into(),
-            code_hash: format!("code-{t}"),
-            expires_at: now + 600_000,
-            created_at: now,
-        };
+        let otp = otp(&tenant, &app, format!("+1415000{:04}", t % 8), format!("code-{t}"));
         let limit = Limit { max: 100, window_ms: 600_000 };
         transactions.push((otp.id.clone(), t % 8));
         assert_eq!(store.begin_otp_send(otp, None, limit).await.unwrap(), OtpSendStart::Started);

@@ -156,8 +156,8 @@ pub(super) async fn claim(
 pub(super) struct Claim<'a> {
     pub application_id: &'a ApplicationId,
     pub idempotency: &'a IdempotencyKey,
-    pub status_code: u16,
-    pub body: &'a str,
+    /// The response to keep with the key, or none while the request is still in flight.
+    pub response: Option<(u16, &'a str)>,
     pub now: i64,
     pub ttl_ms: i64,
 }
@@ -175,8 +175,9 @@ pub(super) async fn claim_all(
     let apps: Vec<&str> = order.iter().map(|&i| claims[i].application_id.as_str()).collect();
     let keys: Vec<&str> = order.iter().map(|&i| claims[i].idempotency.key.as_str()).collect();
     let hashes: Vec<&str> = order.iter().map(|&i| claims[i].idempotency.request_hash.as_str()).collect();
-    let bodies: Vec<&str> = order.iter().map(|&i| claims[i].body).collect();
-    let codes: Vec<i64> = order.iter().map(|&i| i64::from(claims[i].status_code)).collect();
+    let bodies: Vec<Option<&str>> = order.iter().map(|&i| claims[i].response.map(|(_, b)| b)).collect();
+    let codes: Vec<Option<i64>> =
+        order.iter().map(|&i| claims[i].response.map(|(c, _)| i64::from(c))).collect();
     let created: Vec<i64> = order.iter().map(|&i| claims[i].now).collect();
     let expires: Vec<i64> = order.iter().map(|&i| claims[i].now + claims[i].ttl_ms).collect();
     super::count_call();

@@ -84,6 +84,51 @@ pub fn execute(conn: &Connection, sql: &str, params: &[&dyn ToSql]) -> StoreResu
     Ok(changed)
 }
 
+/// The most rows in one multi-row statement. A group of `n` rows is written in statements of
+/// 64 rows and one of the rest, so each kind of multi-row statement has at most 64 texts, each
+/// prepared once (the writer's statement cache holds them all: see [`open`]).
+pub const MAX_ROWS: usize = 64;
+
+/// `n` rows split into statements of at most [`MAX_ROWS`], in order.
+pub fn row_chunks(n: usize) -> Vec<usize> {
+    let mut chunks = vec![MAX_ROWS; n / MAX_ROWS];
+    chunks.extend(Some(n % MAX_ROWS).filter(|&rest| rest > 0));
+    chunks
+}
+
+/// Runs `{head} VALUES {row}, {row}, … {tail}` with `rows` copies of `row` (a parenthesised
+/// list whose `?`s are the parameters; literals may stand between them), binding `values` in
+/// order; the rows its `RETURNING` clause gives, if `tail` has one, through `read`.
+pub fn multi_row<T>(
+    conn: &Connection,
+    (head, row, tail): (&str, &str, &str),
+    rows: usize,
+    values: &[&dyn ToSql],
+    read: impl Fn(&Row<'_>) -> rusqlite::Result<T>,
+) -> StoreResult<Vec<T>> {
+    let mut sql = String::with_capacity(head.len() + (row.len() + 2) * rows + tail.len() + 10);
+    sql.push_str(head);
+    sql.push_str(" VALUES ");
+    for i in 0..rows {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(row);
+    }
+    sql.push(' ');
+    sql.push_str(tail);
+    let mut statement = conn.prepare_cached(&sql)?;
+    for (i, value) in values.iter().enumerate() {
+        statement.raw_bind_parameter(i + 1, value)?;
+    }
+    let mut out = Vec::new();
+    let mut result = statement.raw_query();
+    while let Some(r) = result.next()? {
+        out.push(read(r)?);
+    }
+    Ok(out)
+}
+
 /// Runs statements without parameters (transaction control).
 pub fn execute_batch(conn: &Connection, sql: &str) -> StoreResult<()> {
     Ok(conn.execute_batch(sql)?)
@@ -164,6 +209,37 @@ pub fn open(path: &std::path::Path, synchronous_full: bool) -> StoreResult<Conne
     // 64 MiB of page cache (the default is 2 MiB): the writer touches every table's indexes,
     // and a miss is a read from the file inside the one serialized transaction.
     conn.pragma_update(None, "cache_size", -65_536)?;
-    conn.set_prepared_statement_cache_capacity(256);
+    // The store's statements, and the multi-row ones in each of their 64 sizes.
+    conn.set_prepared_statement_cache_capacity(512);
     Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_split_into_statements_of_at_most_64() {
+        assert_eq!(row_chunks(0), Vec::<usize>::new());
+        assert_eq!(row_chunks(1), [1]);
+        assert_eq!(row_chunks(64), [64]);
+        assert_eq!(row_chunks(65), [64, 1]);
+        assert_eq!(row_chunks(200), [64, 64, 64, 8]);
+    }
+
+    #[test]
+    fn a_multi_row_statement_binds_its_rows_in_order() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (a INTEGER, b TEXT, c TEXT)").unwrap();
+        let values: Vec<&dyn ToSql> = vec![&1, &"x", &2, &"y"];
+        let rows = multi_row(
+            &conn,
+            ("INSERT INTO t (a, b, c)", "(?, ?, 'k')", "RETURNING a, b, c"),
+            2,
+            &values,
+            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)),
+        )
+        .unwrap();
+        assert_eq!(rows, [(1, "x".into(), "k".into()), (2, "y".into(), "k".into())]);
+    }
 }

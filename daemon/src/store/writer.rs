@@ -64,16 +64,15 @@ pub(super) enum Work {
 
 impl Work {
     /// Which group the work joins, if any, and what must not occur twice in one group (an
-    /// idempotency key, a notification): a second one runs alone after the group, so it sees
-    /// what the first wrote.
-    fn group(&self) -> Option<(u8, Option<String>)> {
+    /// idempotency key, a notification, an OTP recipient): work that repeats one of them runs
+    /// alone after the group, so it sees what the first wrote.
+    fn group(&self) -> Option<(u8, Vec<String>)> {
         match self {
             Work::One(_) => None,
-            Work::Dispatch(d) => Some((1, d.conflict_key())),
-            Work::Attempt(a) => Some((2, Some(a.conflict_key()))),
-            // A send with an idempotency key runs alone.
-            Work::OtpSend(o) => o.conflict_key().map(|key| (3, Some(key))),
-            Work::OtpVerify(v) => Some((4, Some(v.conflict_key()))),
+            Work::Dispatch(d) => Some((1, d.conflict_key().into_iter().collect())),
+            Work::Attempt(a) => Some((2, vec![a.conflict_key()])),
+            Work::OtpSend(o) => Some((3, o.conflict_keys())),
+            Work::OtpVerify(v) => Some((4, vec![v.conflict_key()])),
         }
     }
 
@@ -167,7 +166,10 @@ impl<'a> Group<'a> {
             };
         }
         match group {
-            Group::Dispatches(d) => one_by_one!(d, notifications::dispatch_one),
+            Group::Dispatches(d) => match conn {
+                Conn::Local(local) => notifications::dispatch_all_local(local, &d).await.map(boxed),
+                _ => one_by_one!(d, notifications::dispatch_one),
+            },
             Group::Attempts(a) => one_by_one!(a, notifications::record_one),
             Group::OtpSends(o) => one_by_one!(o, super::otp::send_one),
             Group::OtpVerifies(v) => one_by_one!(v, super::otp::verify_one),
@@ -207,7 +209,7 @@ fn units(batch: Vec<Job>, engine: super::Engine) -> std::collections::VecDeque<U
         if job.reply.is_closed() {
             continue;
         }
-        let Some((kind, key)) = job.work.group() else {
+        let Some((kind, keys)) = job.work.group() else {
             singles.push(job);
             continue;
         };
@@ -219,13 +221,11 @@ fn units(batch: Vec<Job>, engine: super::Engine) -> std::collections::VecDeque<U
             }
         };
         let (_, jobs, seen) = &mut groups[index];
-        match key {
-            Some(key) if seen.contains(&key) => singles.push(job),
-            Some(key) => {
-                seen.insert(key);
-                jobs.push(job);
-            }
-            None => jobs.push(job),
+        if keys.iter().any(|key| seen.contains(key)) {
+            singles.push(job);
+        } else {
+            seen.extend(keys);
+            jobs.push(job);
         }
     }
     let mut units = std::collections::VecDeque::with_capacity(groups.len() + singles.len());

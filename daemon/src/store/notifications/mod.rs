@@ -17,7 +17,9 @@ use super::{
 };
 
 mod writes;
-pub(super) use writes::{Attempt, Dispatch, dispatch_all, dispatch_one, record_all, record_one};
+pub(super) use writes::{
+    Attempt, Dispatch, dispatch_all, dispatch_all_local, dispatch_one, record_all, record_one,
+};
 
 /// A notification to insert.
 #[derive(Clone, Debug)]

@@ -60,8 +60,7 @@ pub(in crate::store) async fn dispatch_all(
                 Some(idempotency::Claim {
                     application_id: &notification.application_id,
                     idempotency: &idem.key,
-                    status_code: idem.status_code,
-                    body: &idem.body,
+                    response: Some((idem.status_code, idem.body.as_str())),
                     now: notification.created_at,
                     ttl_ms: idem.ttl_ms,
                 })
@@ -82,6 +81,173 @@ pub(in crate::store) async fn dispatch_all(
     }
     Ok(results)
 }
+
+/// SQLite's counterpart of [`dispatch_all`], on the writer's own connection: a dispatch with an
+/// idempotency key runs alone ([`dispatch_one`]); the others are inserted together by
+/// [`insert_notifications_local`].
+pub(in crate::store) async fn dispatch_all_local(
+    conn: &mut rusqlite::Connection,
+    dispatches: &[&Dispatch],
+) -> StoreResult<Vec<DispatchResult>> {
+    let mut results = Vec::with_capacity(dispatches.len());
+    let mut created = Vec::with_capacity(dispatches.len());
+    for dispatch in dispatches {
+        if dispatch.idempotency.is_some() {
+            results.push(dispatch_one(&mut Conn::Local(&mut *conn), dispatch).await?);
+        } else {
+            results.push(DispatchResult::Created);
+            created.push(&dispatch.notification);
+        }
+    }
+    if !created.is_empty() {
+        insert_notifications_local(conn, &created)?;
+    }
+    Ok(results)
+}
+
+/// Inserts notifications on SQLite with multi-row `VALUES` statements, up to 64 rows each (so
+/// one of each for a group of up to 64; see [`crate::store::local::row_chunks`]): the
+/// notifications; the delivery jobs; for in-app, each user's sequence advanced once by the
+/// user's count (`RETURNING` its new end), then the inbox items numbered from it in arrival
+/// order, and their `delivered` attempts.
+fn insert_notifications_local(
+    conn: &rusqlite::Connection,
+    notifications: &[&NewNotification],
+) -> StoreResult<()> {
+    use std::collections::HashMap;
+
+    use rusqlite::ToSql;
+
+    use crate::store::local::{multi_row, row_chunks};
+    /// Runs one multi-row statement per chunk of `rows`, each row's values given by `values`.
+    fn insert<R>(
+        conn: &rusqlite::Connection,
+        sql: (&str, &str, &str),
+        rows: &[R],
+        values: impl Fn(&R) -> Vec<&dyn ToSql>,
+    ) -> StoreResult<()> {
+        let mut start = 0;
+        for size in row_chunks(rows.len()) {
+            let bound: Vec<&dyn ToSql> = rows[start..start + size].iter().flat_map(&values).collect();
+            crate::store::count_call();
+            multi_row(conn, sql, size, &bound, |_| Ok(()))?;
+            start += size;
+        }
+        Ok(())
+    }
+    let in_app = |n: &NewNotification| n.channel == Channel::InApp;
+    let rows: Vec<(&NewNotification, DeliveryStatus, i64)> = notifications
+        .iter()
+        .map(|n| if in_app(n) { (*n, DeliveryStatus::Delivered, 1) } else { (*n, DeliveryStatus::Queued, 0) })
+        .collect();
+    insert(conn, NOTIFICATION_ROWS, &rows, |(n, status, attempts)| {
+        vec![
+            &n.id,
+            &n.tenant_id,
+            &n.application_id,
+            &n.channel,
+            &n.recipient,
+            &n.recipient_masked,
+            &n.sender,
+            &n.subject,
+            &n.title,
+            &n.body,
+            &n.html_body,
+            &n.data,
+            &n.template_id,
+            status,
+            attempts,
+            &n.created_at,
+            &n.created_at,
+        ]
+    })?;
+    let queued: Vec<&NewNotification> = notifications.iter().copied().filter(|n| !in_app(n)).collect();
+    insert(conn, DELIVERY_ROWS, &queued, |n| vec![&n.id, &n.created_at])?;
+    let inbox: Vec<&NewNotification> = notifications.iter().copied().filter(|n| in_app(n)).collect();
+    if inbox.is_empty() {
+        return Ok(());
+    }
+    // Each user's count, and the sequence's end after it.
+    let mut counts: Vec<((&str, &str), i64)> = Vec::new();
+    for n in &inbox {
+        let user = (n.application_id.as_str(), n.recipient.as_str());
+        match counts.iter_mut().find(|(u, _)| *u == user) {
+            Some((_, c)) => *c += 1,
+            None => counts.push((user, 1)),
+        }
+    }
+    counts.sort_unstable();
+    let mut ends: HashMap<(String, String), i64> = HashMap::with_capacity(counts.len());
+    let mut start = 0;
+    for size in row_chunks(counts.len()) {
+        let bound: Vec<&dyn ToSql> =
+            counts[start..start + size].iter().flat_map(|((a, u), c)| [a as &dyn ToSql, u, c]).collect();
+        crate::store::count_call();
+        let advanced =
+            multi_row(conn, SEQUENCE_ROWS, size, &bound, |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?;
+        ends.extend(advanced);
+        start += size;
+    }
+    // Number each user's new items after the sequence's previous end, in arrival order.
+    let mut next: HashMap<(&str, &str), i64> = counts
+        .iter()
+        .map(|((a, u), c)| {
+            let end = ends.get(&((*a).to_owned(), (*u).to_owned())).copied().unwrap_or_default();
+            ((*a, *u), end - c + 1)
+        })
+        .collect();
+    let items: Vec<(&NewNotification, String, i64, &str)> = inbox
+        .iter()
+        .map(|n| {
+            let seq = next.entry((n.application_id.as_str(), n.recipient.as_str())).or_default();
+            *seq += 1;
+            let title = n.title.as_deref().or(n.subject.as_deref()).unwrap_or_default();
+            (*n, InAppId::new().to_string(), *seq - 1, title)
+        })
+        .collect();
+    insert(conn, INBOX_ITEM_ROWS, &items, |(n, item, seq, title)| {
+        vec![
+            item,
+            &n.application_id,
+            &n.recipient,
+            seq,
+            &n.id,
+            title,
+            &n.body,
+            &n.data,
+            &n.created_at,
+            &n.created_at,
+        ]
+    })?;
+    insert(conn, ATTEMPT_ROWS, &items, |(n, item, ..)| vec![&n.id, &n.created_at, &n.created_at, item])
+}
+
+/// The multi-row statements of [`insert_notifications_local`]: `(head, row, tail)`.
+const NOTIFICATION_ROWS: (&str, &str, &str) = (
+    "INSERT INTO notifications
+         (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
+          html_body, data, template_id, status, attempt_count, created_at, updated_at)",
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "",
+);
+const DELIVERY_ROWS: (&str, &str, &str) =
+    ("INSERT INTO deliveries (notification_id, state, next_attempt_at)", "(?, 'pending', ?)", "");
+const SEQUENCE_ROWS: (&str, &str, &str) = (
+    "INSERT INTO inbox_sequences (application_id, user_id, last_seq)",
+    "(?, ?, ?)",
+    "ON CONFLICT (application_id, user_id) DO UPDATE SET last_seq = inbox_sequences.last_seq + excluded.last_seq
+     RETURNING application_id, user_id, last_seq",
+);
+const INBOX_ITEM_ROWS: (&str, &str, &str) = (
+    "INSERT INTO inbox_items (id, application_id, user_id, seq, notification_id, title, body, data, created_at, updated_at)",
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "",
+);
+const ATTEMPT_ROWS: (&str, &str, &str) = (
+    "INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)",
+    "(?, 1, ?, ?, 'delivered', ?)",
+    "",
+);
 
 /// The largest `herald_inbox` payload (PostgreSQL refuses 8,000 bytes and more).
 const NOTIFY_LIMIT: usize = 7_000;
@@ -349,3 +515,85 @@ const RECORD_ATTEMPTS: &str = "WITH input AS (
          FROM input JOIN held ON held.notification_id = input.id
          WHERE notifications.id = input.id)
      SELECT notification_id FROM held";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A group of dispatches on SQLite is written by its multi-row statements themselves (the
+    /// group must not fail: the writer would then run it one by one, and the tests above the
+    /// store would still pass), numbering each user's items in arrival order, and the next group
+    /// continues each user's numbers.
+    #[tokio::test]
+    async fn a_sqlite_group_is_written_by_its_multi_row_statements() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.db");
+        let config = crate::config::Layers::new()
+            .env([("HERALD_DATABASE_URL".to_owned(), format!("sqlite://{}", path.display()))])
+            .build(false)
+            .unwrap();
+        let store = Store::open(&config).await.unwrap();
+        let tenant = store.create_tenant("T".into()).await.unwrap();
+        let app = store.create_application(&tenant.id, "A".into()).await.unwrap().unwrap();
+        let mut conn = crate::store::local::open(&path, false).unwrap();
+        let dispatch = |i: usize| {
+            let channel = if i % 5 == 4 { Channel::Email } else { Channel::InApp };
+            Dispatch {
+                notification: NewNotification {
+                    id: NotificationId::new(),
+                    tenant_id: tenant.id.clone(),
+                    application_id: app.id.clone(),
+                    channel,
+                    recipient: if channel == Channel::InApp {
+                        format!("user-{}", i % 3)
+                    } else {
+                        "a@example.com".into()
+                    },
+                    recipient_masked: "u***".into(),
+                    sender: None,
+                    subject: Some("s".into()),
+                    title: None,
+                    body: format!("body {i}"),
+                    html_body: None,
+                    data: None,
+                    template_id: None,
+                    created_at: 1_000 + i as i64,
+                },
+                idempotency: None,
+            }
+        };
+        // 70 dispatches (more than one statement's 64 rows), then 10 more.
+        for range in [0..70, 70..80] {
+            let group: Vec<Dispatch> = range.map(dispatch).collect();
+            let refs: Vec<&Dispatch> = group.iter().collect();
+            let results =
+                dispatch_all_local(&mut conn, &refs).await.expect("the group is written as a group");
+            assert!(results.iter().all(|r| *r == DispatchResult::Created));
+        }
+        for user in 0..3 {
+            let mut items = conn
+                .prepare(
+                    "SELECT i.seq, n.body FROM inbox_items i JOIN notifications n ON n.id = i.notification_id
+                          WHERE i.user_id = ?1 ORDER BY i.seq",
+                )
+                .unwrap();
+            let rows: Vec<(i64, String)> = items
+                .query_map([format!("user-{user}")], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let expected: Vec<(i64, String)> = (0..80usize)
+                .filter(|i| i % 5 != 4 && i % 3 == user)
+                .enumerate()
+                .map(|(k, i)| (k as i64 + 1, format!("body {i}")))
+                .collect();
+            assert_eq!(rows, expected, "user-{user}'s items, numbered in arrival order");
+        }
+        let queued: i64 = conn.query_row("SELECT COUNT(*) FROM deliveries", [], |r| r.get(0)).unwrap();
+        let attempts: i64 =
+            conn.query_row("SELECT COUNT(*) FROM delivery_attempts", [], |r| r.get(0)).unwrap();
+        assert_eq!((queued, attempts), (16, 64), "a job per email, a delivered attempt per in-app item");
+        drop(conn);
+        store.close().await;
+    }
+}

@@ -12,10 +12,13 @@ pub(crate) struct OtpSend {
 }
 
 impl OtpSend {
-    /// Its recipient, if it may join a group: one without an idempotency key (those run alone).
-    /// Two sends to one recipient are never written in one group.
-    pub(in crate::store) fn conflict_key(&self) -> Option<String> {
-        self.idempotency.is_none().then(|| format!("{}\n{}", self.otp.application_id, self.otp.recipient_key))
+    /// Its recipient and its idempotency key: two sends to one recipient, or with one key, are
+    /// never written in one group.
+    pub(in crate::store) fn conflict_keys(&self) -> Vec<String> {
+        let app = &self.otp.application_id;
+        let mut keys = vec![format!("recipient\n{app}\n{}", self.otp.recipient_key)];
+        keys.extend(self.idempotency.as_ref().map(|(key, _)| format!("key\n{app}\n{}", key.key)));
+        keys
     }
 }
 
@@ -92,18 +95,115 @@ async fn lock_recipients(pg: &mut sqlx::PgConnection, mut recipients: Vec<(&str,
     Ok(())
 }
 
-/// Records many sends (no idempotency keys, no recipient twice). On PostgreSQL: one statement
-/// locks every recipient (in one order for every writer), one inserts every transaction whose
-/// recipient's window has room; a refused one is then answered with its wait. (On SQLite the
-/// writer runs [`send_one`] for each.)
+/// Records many sends (no recipient or idempotency key twice). On PostgreSQL: one statement
+/// locks every recipient (in one order for every writer); with idempotency keys, one finds
+/// which of the keyed sends' recipients have room and one claims those keys (a refused send
+/// claims nothing, as in [`send_one`]); one inserts every transaction whose recipient's window
+/// has room. A refused send is then answered with its wait. (On SQLite the writer runs
+/// [`send_one`] for each.)
 pub(in crate::store) async fn send_all(
     pg: &mut sqlx::PgConnection,
     sends: &[&OtpSend],
 ) -> StoreResult<Vec<OtpSendStart>> {
-    let column = |f: fn(&NewOtp) -> &str| sends.iter().map(|s| f(&s.otp)).collect::<Vec<&str>>();
     let recipients: Vec<(&str, &str)> =
         sends.iter().map(|s| (s.otp.application_id.as_str(), s.otp.recipient_key.as_str())).collect();
     lock_recipients(pg, recipients).await?;
+    let mut answers: Vec<Option<OtpSendStart>> = sends.iter().map(|_| None).collect();
+    let keyed: Vec<usize> = (0..sends.len()).filter(|&i| sends[i].idempotency.is_some()).collect();
+    if !keyed.is_empty() {
+        let keyed_sends: Vec<&OtpSend> = keyed.iter().map(|&i| sends[i]).collect();
+        let room = with_room(pg, &keyed_sends).await?;
+        let claims: Vec<(usize, crate::store::idempotency::Claim<'_>)> = keyed
+            .iter()
+            .filter(|&&i| room.contains(sends[i].otp.id.as_str()))
+            .filter_map(|&i| {
+                let OtpSend { otp, idempotency, .. } = sends[i];
+                let (key, ttl_ms) = idempotency.as_ref()?;
+                let claim = crate::store::idempotency::Claim {
+                    application_id: &otp.application_id,
+                    idempotency: key,
+                    response: None,
+                    now: otp.created_at,
+                    ttl_ms: *ttl_ms,
+                };
+                Some((i, claim))
+            })
+            .collect();
+        let (indices, claims): (Vec<usize>, Vec<_>) = claims.into_iter().unzip();
+        let claimed = if claims.is_empty() {
+            Vec::new()
+        } else {
+            crate::store::idempotency::claim_all(pg, &claims).await?
+        };
+        for (i, claimed) in indices.into_iter().zip(claimed) {
+            if claimed != DispatchResult::Created {
+                answers[i] = Some(OtpSendStart::Idempotent(claimed));
+            }
+        }
+    }
+    // Sends answered already (their key was used) insert nothing; keyed sends without room are
+    // refused by the insert's own check, like any other.
+    let inserting: Vec<&OtpSend> =
+        sends.iter().zip(&answers).filter(|(_, a)| a.is_none()).map(|(s, _)| *s).collect();
+    let inserted = insert_all(pg, &inserting).await?;
+    let mut results = Vec::with_capacity(sends.len());
+    for (send, answer) in sends.iter().zip(answers) {
+        if let Some(answer) = answer {
+            results.push(answer);
+            continue;
+        }
+        if inserted.contains(send.otp.id.as_str()) {
+            results.push(OtpSendStart::Started);
+            continue;
+        }
+        let OtpSend { otp, limit, .. } = send;
+        let wait = over_limit(
+            &mut Conn::Postgres(&mut *pg),
+            SENDS_SINCE,
+            &otp.application_id,
+            &otp.recipient_key,
+            *limit,
+            otp.created_at,
+        )
+        .await?;
+        // Not inserted means the window was full when the statement looked.
+        results.push(OtpSendStart::RateLimited { retry_after_ms: wait.unwrap_or(1) });
+    }
+    Ok(results)
+}
+
+/// Which of `sends` (their recipients locked) have room in their recipient's window: their ids.
+async fn with_room(
+    pg: &mut sqlx::PgConnection,
+    sends: &[&OtpSend],
+) -> StoreResult<std::collections::HashSet<String>> {
+    crate::store::count_call();
+    let ids: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[])
+             AS t(id, application_id, recipient_key, since, max)
+         WHERE (SELECT COUNT(*) FROM otp_transactions o
+                WHERE o.application_id = t.application_id AND o.recipient_key = t.recipient_key
+                  AND o.created_at > t.since) < t.max",
+    )
+    .bind(sends.iter().map(|s| s.otp.id.as_str()).collect::<Vec<_>>())
+    .bind(sends.iter().map(|s| s.otp.application_id.as_str()).collect::<Vec<_>>())
+    .bind(sends.iter().map(|s| s.otp.recipient_key.as_str()).collect::<Vec<_>>())
+    .bind(sends.iter().map(|s| s.otp.created_at - s.limit.window_ms).collect::<Vec<_>>())
+    .bind(sends.iter().map(|s| s.limit.max).collect::<Vec<_>>())
+    .fetch_all(&mut *pg)
+    .await?;
+    Ok(ids.into_iter().collect())
+}
+
+/// Inserts each of `sends` as `sent` if its recipient's window has room: the ids inserted.
+async fn insert_all(
+    pg: &mut sqlx::PgConnection,
+    sends: &[&OtpSend],
+) -> StoreResult<std::collections::HashSet<String>> {
+    if sends.is_empty() {
+        return Ok(Default::default());
+    }
+    let column = |f: fn(&NewOtp) -> &str| sends.iter().map(|s| f(&s.otp)).collect::<Vec<&str>>();
     crate::store::count_call();
     let inserted: Vec<String> = sqlx::query_scalar(
         "WITH input AS (
@@ -136,27 +236,7 @@ pub(in crate::store) async fn send_all(
     .bind(sends.iter().map(|s| s.limit.max).collect::<Vec<_>>())
     .fetch_all(&mut *pg)
     .await?;
-    let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
-    let mut results = Vec::with_capacity(sends.len());
-    for send in sends {
-        if inserted.contains(send.otp.id.as_str()) {
-            results.push(OtpSendStart::Started);
-            continue;
-        }
-        let OtpSend { otp, limit, .. } = send;
-        let wait = over_limit(
-            &mut Conn::Postgres(&mut *pg),
-            SENDS_SINCE,
-            &otp.application_id,
-            &otp.recipient_key,
-            *limit,
-            otp.created_at,
-        )
-        .await?;
-        // Not inserted means the window was full when the statement looked.
-        results.push(OtpSendStart::RateLimited { retry_after_ms: wait.unwrap_or(1) });
-    }
-    Ok(results)
+    Ok(inserted.into_iter().collect())
 }
 
 /// An OTP verification for the writer: the transaction, when, the failure window, and the
