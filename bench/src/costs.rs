@@ -3,18 +3,20 @@
 //! and the PostgreSQL server processes spent (from `/proc`, on this machine); and PostgreSQL's
 //! own floor for single-row inserts (`pgbench`), measured in the same run.
 
-use std::{path::Path, time::Duration};
+use std::{collections::HashMap, path::Path, time::Duration};
 
 use anyhow::{Context, bail};
 
 /// Counters read at one moment.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Sample {
     calls: f64,
     batches: f64,
     operations: f64,
     daemon_cpu: Duration,
-    postgres_cpu: Duration,
+    /// Per process: PostgreSQL's backends and workers come and go (autovacuum, `pgbench`'s
+    /// clients), so a sum over those alive at each moment may even fall between two samples.
+    postgres_cpu: HashMap<u32, Duration>,
 }
 
 /// What happened between two samples, per unit of work.
@@ -36,11 +38,14 @@ pub async fn sample(http: &reqwest::Client, url: &str, pid: Option<u32>) -> anyh
     };
     let tick = clock_tick();
     let daemon_cpu = pid.and_then(|pid| cpu_of(&format!("/proc/{pid}/stat"), tick)).unwrap_or_default();
-    let mut postgres_cpu = Duration::ZERO;
+    let mut postgres_cpu = HashMap::new();
     for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else {
+            continue;
+        };
         let stat = entry.path().join("stat");
         if std::fs::read_to_string(entry.path().join("comm")).is_ok_and(|comm| comm.trim() == "postgres") {
-            postgres_cpu += cpu_of(&stat.display().to_string(), tick).unwrap_or_default();
+            postgres_cpu.insert(pid, cpu_of(&stat.display().to_string(), tick).unwrap_or_default());
         }
     }
     Ok(Sample {
@@ -62,7 +67,13 @@ impl Sample {
             operations_per_batch: (later.operations - self.operations)
                 / (later.batches - self.batches).max(1.0),
             daemon_cpu_ms_per_unit: per_unit(self.daemon_cpu, later.daemon_cpu),
-            postgres_cpu_ms_per_unit: per_unit(self.postgres_cpu, later.postgres_cpu),
+            // What each process alive at the later sample spent since the earlier one (all of
+            // it if it started since); a process that ended between the two is not counted.
+            postgres_cpu_ms_per_unit: later
+                .postgres_cpu
+                .iter()
+                .map(|(pid, cpu)| per_unit(self.postgres_cpu.get(pid).copied().unwrap_or_default(), *cpu))
+                .sum(),
         }
     }
 }
