@@ -170,7 +170,10 @@ impl<'a> Group<'a> {
                 Conn::Local(local) => notifications::dispatch_all_local(local, &d).await.map(boxed),
                 _ => one_by_one!(d, notifications::dispatch_one),
             },
-            Group::Attempts(a) => one_by_one!(a, notifications::record_one),
+            Group::Attempts(a) => match conn {
+                Conn::Local(local) => notifications::record_all_local(local, &a).map(boxed),
+                _ => one_by_one!(a, notifications::record_one),
+            },
             Group::OtpSends(o) => one_by_one!(o, super::otp::send_one),
             Group::OtpVerifies(v) => one_by_one!(v, super::otp::verify_one),
         }

@@ -16,10 +16,10 @@ use super::{
     writer::Work,
 };
 
+mod local;
 mod writes;
-pub(super) use writes::{
-    Attempt, Dispatch, dispatch_all, dispatch_all_local, dispatch_one, record_all, record_one,
-};
+pub(super) use local::{dispatch_all_local, record_all_local};
+pub(super) use writes::{Attempt, Dispatch, dispatch_all, dispatch_one, record_all, record_one};
 
 /// A notification to insert.
 #[derive(Clone, Debug)]
