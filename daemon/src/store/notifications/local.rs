@@ -123,13 +123,13 @@ fn insert_notifications_local(
     .into_iter()
     .collect();
     // Number each user's new items after the sequence's previous end, in arrival order.
-    let mut next: HashMap<(&str, &str), i64> = counts
-        .iter()
-        .map(|((a, u), c)| {
-            let end = ends.get(&((*a).to_owned(), (*u).to_owned())).copied().unwrap_or_default();
-            ((*a, *u), end - c + 1)
-        })
-        .collect();
+    let mut next: HashMap<(&str, &str), i64> = HashMap::with_capacity(counts.len());
+    for ((app, user), count) in &counts {
+        let end = ends.get(&((*app).to_owned(), (*user).to_owned())).copied().ok_or_else(|| {
+            StoreError::Statement("the inbox sequences' upsert did not return every user".to_owned())
+        })?;
+        next.insert((*app, *user), end - count + 1);
+    }
     let items: Vec<(&NewNotification, String, i64, &str)> = inbox
         .iter()
         .map(|n| {
