@@ -20,6 +20,14 @@ pub struct IdempotencyKey {
 /// slowest provider call: connect, TLS and send each time out after 30 s).
 pub const ABANDONED_AFTER_MS: i64 = 5 * 60_000;
 
+/// [`ABANDONED_AFTER_MS`] as SQL text, for statements whose every parameter is a row's
+/// (a test holds the two equal).
+macro_rules! abandoned_after_ms_sql {
+    () => {
+        "300000"
+    };
+}
+
 #[derive(sqlx::FromRow)]
 struct IdempotencyRow {
     request_hash: String,
@@ -252,4 +260,153 @@ pub(super) async fn claim_all(
         results[i] = decide(existing, &claim.idempotency.request_hash);
     }
     Ok(results)
+}
+
+/// [`claim_all`] on SQLite, on the writer's own connection: one multi-row statement claims the
+/// keys (up to 64 per statement) and one reads those held already.
+pub(super) fn claim_all_local(
+    conn: &rusqlite::Connection,
+    claims: &[Claim<'_>],
+) -> StoreResult<Vec<DispatchResult>> {
+    use super::local::rows_of;
+
+    type Row<'a> = (&'a str, &'a str, &'a str, Option<i64>, Option<&'a str>, i64, i64);
+    let rows: Vec<Row<'_>> = claims
+        .iter()
+        .map(|c| {
+            let (code, body) = c.response.map(|(code, body)| (i64::from(code), body)).unzip();
+            let key = c.idempotency;
+            (c.application_id.as_str(), &*key.key, &*key.request_hash, code, body, c.now, c.now + c.ttl_ms)
+        })
+        .collect();
+    let claimed: std::collections::HashSet<(String, String)> = rows_of(
+        conn,
+        CLAIM_ROWS,
+        &rows,
+        |(app, key, hash, code, body, now, expires)| vec![app, key, hash, code, body, now, expires],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?
+    .into_iter()
+    .collect();
+    let held: Vec<&Row<'_>> =
+        rows.iter().filter(|r| !claimed.contains(&(r.0.to_owned(), r.1.to_owned()))).collect();
+    let existing: Vec<((String, String), IdempotencyRow)> = rows_of(
+        conn,
+        HELD_ROWS,
+        &held,
+        |(app, key, ..)| vec![app, key],
+        |r| {
+            let row = IdempotencyRow {
+                request_hash: r.get(2)?,
+                status_code: r.get(3)?,
+                response_body: r.get(4)?,
+                created_at: 0,
+                expires_at: 0,
+            };
+            Ok(((r.get(0)?, r.get(1)?), row))
+        },
+    )?;
+    let mut existing: std::collections::HashMap<(String, String), IdempotencyRow> =
+        existing.into_iter().collect();
+    rows.iter()
+        .map(|(app, key, hash, ..)| {
+            let name = ((*app).to_owned(), (*key).to_owned());
+            if claimed.contains(&name) {
+                return Ok(DispatchResult::Created);
+            }
+            let row = existing.remove(&name).ok_or_else(|| {
+                StoreError::Statement("an idempotency key held and gone at once".to_owned())
+            })?;
+            Ok(decide(row, hash))
+        })
+        .collect()
+}
+
+/// The multi-row statements of [`claim_all_local`]: `(head, row, tail)`. A key is claimed if it
+/// is new, expired or abandoned in flight (as in [`claim`]); `RETURNING` names those claimed.
+const CLAIM_ROWS: (&str, &str, &str) = (
+    "INSERT INTO idempotency_keys
+         (application_id, idempotency_key, request_hash, status_code, response_body, created_at, expires_at)",
+    "(?, ?, ?, ?, ?, ?, ?)",
+    concat!(
+        "ON CONFLICT (application_id, idempotency_key) DO UPDATE SET
+             request_hash = excluded.request_hash, status_code = excluded.status_code,
+             response_body = excluded.response_body, created_at = excluded.created_at,
+             expires_at = excluded.expires_at
+         WHERE idempotency_keys.expires_at <= excluded.created_at
+            OR (idempotency_keys.status_code IS NULL
+                AND idempotency_keys.created_at <= excluded.created_at - ",
+        abandoned_after_ms_sql!(),
+        ")
+         RETURNING application_id, idempotency_key"
+    ),
+);
+const HELD_ROWS: (&str, &str, &str) = (
+    "SELECT k.application_id, k.idempotency_key, k.request_hash, k.status_code, k.response_body FROM (",
+    "(?, ?)",
+    ") AS v JOIN idempotency_keys k ON k.application_id = v.column1 AND k.idempotency_key = v.column2",
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sqlite_claim_abandons_keys_after_the_same_time() {
+        assert_eq!(abandoned_after_ms_sql!().parse::<i64>().unwrap(), ABANDONED_AFTER_MS);
+    }
+
+    /// Keys claimed as SQLite groups, in multi-row statements (the group must not fail: the
+    /// writer would then run its operations one by one, and the tests above the store would
+    /// still pass): a key held answers with its response, in flight or refused; an abandoned or
+    /// expired one is taken over.
+    #[tokio::test]
+    async fn sqlite_keys_are_claimed_by_multi_row_statements() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _, app, conn) = super::super::local::testing::sqlite(dir.path()).await;
+        let key =
+            |i: usize, hash: &str| IdempotencyKey { key: format!("k{i}"), request_hash: hash.to_owned() };
+        let (same, other): (Vec<_>, Vec<_>) = (0..70).map(|i| (key(i, "h"), key(i, "other"))).unzip();
+        let bodies: Vec<String> = (0..70).map(|i| format!("r{i}")).collect();
+        let claims = |keys: &[&IdempotencyKey], now: i64| -> Vec<DispatchResult> {
+            // Even keys keep a response for an hour; odd ones are in flight.
+            let claims: Vec<Claim<'_>> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, idempotency)| Claim {
+                    application_id: &app,
+                    idempotency,
+                    response: (i % 2 == 0).then(|| (202, bodies[i].as_str())),
+                    now,
+                    ttl_ms: 3_600_000,
+                })
+                .collect();
+            claim_all_local(&conn, &claims).expect("the group is written as a group")
+        };
+        let all_same: Vec<&IdempotencyKey> = same.iter().collect();
+        assert_eq!(claims(&all_same, 1_000), vec![DispatchResult::Created; 70]);
+        // A minute later; every third with another request.
+        let mixed: Vec<&IdempotencyKey> =
+            (0..70).map(|i| if i % 3 == 0 { &other[i] } else { &same[i] }).collect();
+        let expected: Vec<DispatchResult> = (0..70)
+            .map(|i| match i {
+                i if i % 3 == 0 => DispatchResult::KeyReused,
+                i if i % 2 == 0 => DispatchResult::Replay { status_code: 202, body: bodies[i].clone() },
+                _ => DispatchResult::InFlight,
+            })
+            .collect();
+        assert_eq!(claims(&mixed, 61_000), expected);
+        // In flight this long: abandoned, and taken over; those with a response still hold.
+        let expected: Vec<DispatchResult> = (0..70)
+            .map(|i| match i % 2 {
+                0 => DispatchResult::Replay { status_code: 202, body: bodies[i].clone() },
+                _ => DispatchResult::Created,
+            })
+            .collect();
+        assert_eq!(claims(&all_same, 1_000 + ABANDONED_AFTER_MS), expected);
+        // Expired: every key is new again.
+        assert_eq!(claims(&all_same, 1_000 + 3_600_000), vec![DispatchResult::Created; 70]);
+        drop(conn);
+        store.close().await;
+    }
 }

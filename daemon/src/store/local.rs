@@ -129,6 +129,31 @@ pub fn multi_row<T>(
     Ok(out)
 }
 
+/// Runs the multi-row statement `sql` (see [`multi_row`]) over `rows`,
+/// up to 64 rows per statement ([`row_chunks`]), each row's values given
+/// by `values`; the rows its `RETURNING` clause gives, through `read`.
+pub fn rows_of<R, T>(
+    conn: &Connection,
+    sql: (&str, &str, &str),
+    rows: &[R],
+    values: impl Fn(&R) -> Vec<&dyn ToSql>,
+    read: impl Fn(&Row<'_>) -> rusqlite::Result<T>,
+) -> StoreResult<Vec<T>> {
+    let (mut start, mut returned) = (0, Vec::new());
+    for size in row_chunks(rows.len()) {
+        let bound: Vec<&dyn ToSql> = rows[start..start + size].iter().flat_map(&values).collect();
+        super::count_call();
+        returned.extend(multi_row(conn, sql, size, &bound, &read)?);
+        start += size;
+    }
+    Ok(returned)
+}
+
+/// For [`rows_of`] over a statement that returns nothing.
+pub fn ignore(_: &Row<'_>) -> rusqlite::Result<()> {
+    Ok(())
+}
+
 /// Runs statements without parameters (transaction control).
 pub fn execute_batch(conn: &Connection, sql: &str) -> StoreResult<()> {
     Ok(conn.execute_batch(sql)?)
@@ -209,9 +234,32 @@ pub fn open(path: &std::path::Path, synchronous_full: bool) -> StoreResult<Conne
     // 64 MiB of page cache (the default is 2 MiB): the writer touches every table's indexes,
     // and a miss is a read from the file inside the one serialized transaction.
     conn.pragma_update(None, "cache_size", -65_536)?;
-    // The store's statements, and the multi-row ones in each of their 64 sizes.
-    conn.set_prepared_statement_cache_capacity(512);
+    // The store's statements, and the 16 multi-row ones in each of their 64 sizes.
+    conn.set_prepared_statement_cache_capacity(1_200);
     Ok(conn)
+}
+
+/// For in-crate tests of the writer's SQLite groups.
+#[cfg(test)]
+pub(crate) mod testing {
+    use herald_common::ids::{ApplicationId, TenantId};
+    use rusqlite::Connection;
+
+    use crate::store::Store;
+
+    /// A store on a fresh SQLite file, with a tenant and an application, and the writer's kind
+    /// of connection to the same file.
+    pub async fn sqlite(dir: &std::path::Path) -> (Store, TenantId, ApplicationId, Connection) {
+        let path = dir.join("herald.db");
+        let config = crate::config::Layers::new()
+            .env([("HERALD_DATABASE_URL".to_owned(), format!("sqlite://{}", path.display()))])
+            .build(false)
+            .unwrap();
+        let store = Store::open(&config).await.unwrap();
+        let tenant = store.create_tenant("T".into()).await.unwrap();
+        let app = store.create_application(&tenant.id, "A".into()).await.unwrap().unwrap();
+        (store, tenant.id, app.id, super::open(&path, false).unwrap())
+    }
 }
 
 #[cfg(test)]

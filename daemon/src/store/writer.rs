@@ -137,19 +137,18 @@ impl<'a> Group<'a> {
     }
 
     /// Runs the group: one answer per job, in order, or an error if the group as a whole failed
-    /// (its partial changes are the caller's to undo). On PostgreSQL with its kind's set-based
-    /// statements; on SQLite, where a statement is a call in place and costs no round trip, each
-    /// operation's own statements in turn (under the group's one savepoint).
+    /// (its partial changes are the caller's to undo), with its kind's set-based statements
+    /// (PostgreSQL's `unnest`, or multi-row `VALUES` on the SQLite writer's own connection).
     async fn run(group: Option<Self>, conn: &mut Conn<'_>) -> StoreResult<Vec<Erased>> {
         fn boxed<T: Send + 'static>(values: Vec<T>) -> Vec<Erased> {
             values.into_iter().map(|v| Box::new(v) as Erased).collect()
         }
         /// Each of `$works` alone, through `$one`.
         macro_rules! one_by_one {
-            ($works:expr, $one:path) => {{
+            ($works:expr, $one:path, $conn:expr) => {{
                 let mut answers = Vec::with_capacity($works.len());
                 for work in $works {
-                    answers.push(Box::new($one(conn, work).await?) as Erased);
+                    answers.push(Box::new($one($conn, work).await?) as Erased);
                 }
                 Ok(answers)
             }};
@@ -157,27 +156,31 @@ impl<'a> Group<'a> {
         let Some(group) = group else {
             return Err(StoreError::Statement("a write group mixes kinds of work".to_owned()));
         };
-        if let Conn::Postgres(pg) = conn {
-            return match group {
-                Group::Dispatches(d) => notifications::dispatch_all(pg, &d).await.map(boxed),
-                Group::Attempts(a) => notifications::record_all(pg, &a).await.map(boxed),
-                Group::OtpSends(o) => super::otp::send_all(pg, &o).await.map(boxed),
-                Group::OtpVerifies(v) => super::otp::verify_all(pg, &v).await.map(boxed),
-            };
-        }
-        match group {
-            Group::Dispatches(d) => match conn {
-                Conn::Local(local) => notifications::dispatch_all_local(local, &d).await.map(boxed),
-                _ => one_by_one!(d, notifications::dispatch_one),
-            },
-            Group::Attempts(a) => match conn {
-                Conn::Local(local) => notifications::record_all_local(local, &a).map(boxed),
-                _ => one_by_one!(a, notifications::record_one),
-            },
-            Group::OtpSends(o) => one_by_one!(o, super::otp::send_one),
-            Group::OtpVerifies(v) => one_by_one!(v, super::otp::verify_one),
+        match (group, conn) {
+            (Group::Dispatches(d), conn @ (Conn::Postgres(_) | Conn::Local(_))) => {
+                notifications::dispatch_all(conn, &d).await.map(boxed)
+            }
+            (Group::Attempts(a), Conn::Postgres(pg)) => notifications::record_all(pg, &a).await.map(boxed),
+            (Group::Attempts(a), Conn::Local(local)) => notifications::record_all_local(local, &a).map(boxed),
+            (Group::OtpSends(o), conn @ (Conn::Postgres(_) | Conn::Local(_))) => {
+                super::otp::send_all(conn, &o).await.map(boxed)
+            }
+            (Group::OtpVerifies(v), conn @ (Conn::Postgres(_) | Conn::Local(_))) => {
+                super::otp::verify_all(conn, &v).await.map(boxed)
+            }
+            // sqlx's SQLite connection (the writer holds its own: see `store/local.rs`).
+            (Group::Dispatches(d), conn) => one_by_one!(d, notifications::dispatch_one, conn),
+            (Group::Attempts(a), conn) => one_by_one!(a, notifications::record_one, conn),
+            (Group::OtpSends(o), conn) => one_by_one!(o, super::otp::send_one, conn),
+            (Group::OtpVerifies(v), conn) => one_by_one!(v, super::otp::verify_one, conn),
         }
     }
+}
+
+/// The error of a set-based group on sqlx's SQLite connection (the writer runs its groups on
+/// PostgreSQL or on its own SQLite connection: see `store/local.rs`).
+pub(super) fn not_set_based() -> StoreError {
+    StoreError::Statement("groups run on PostgreSQL or on the SQLite writer's connection".to_owned())
 }
 
 struct Job {

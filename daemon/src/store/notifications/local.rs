@@ -4,62 +4,14 @@
 //! not a round trip; what a group saves is each statement's setup, binding and reset.)
 
 use super::*;
-use crate::store::DispatchResult;
-
-/// Runs the multi-row statement `sql` (see [`crate::store::local::multi_row`]) over `rows`,
-/// up to 64 rows per statement ([`crate::store::local::row_chunks`]), each row's values given
-/// by `values`; the rows its `RETURNING` clause gives, through `read`.
-fn rows_of<R, T>(
-    conn: &rusqlite::Connection,
-    sql: (&str, &str, &str),
-    rows: &[R],
-    values: impl Fn(&R) -> Vec<&dyn rusqlite::ToSql>,
-    read: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-) -> StoreResult<Vec<T>> {
-    let (mut start, mut returned) = (0, Vec::new());
-    for size in crate::store::local::row_chunks(rows.len()) {
-        let bound: Vec<&dyn rusqlite::ToSql> = rows[start..start + size].iter().flat_map(&values).collect();
-        crate::store::count_call();
-        returned.extend(crate::store::local::multi_row(conn, sql, size, &bound, &read)?);
-        start += size;
-    }
-    Ok(returned)
-}
-
-/// For [`rows_of`] over a statement that returns nothing.
-fn ignore(_: &rusqlite::Row<'_>) -> rusqlite::Result<()> {
-    Ok(())
-}
-
-/// SQLite's counterpart of [`dispatch_all`], on the writer's own connection: a dispatch with an
-/// idempotency key runs alone ([`dispatch_one`]); the others are inserted together by
-/// [`insert_notifications_local`].
-pub(in crate::store) async fn dispatch_all_local(
-    conn: &mut rusqlite::Connection,
-    dispatches: &[&Dispatch],
-) -> StoreResult<Vec<DispatchResult>> {
-    let mut results = Vec::with_capacity(dispatches.len());
-    let mut created = Vec::with_capacity(dispatches.len());
-    for dispatch in dispatches {
-        if dispatch.idempotency.is_some() {
-            results.push(dispatch_one(&mut Conn::Local(&mut *conn), dispatch).await?);
-        } else {
-            results.push(DispatchResult::Created);
-            created.push(&dispatch.notification);
-        }
-    }
-    if !created.is_empty() {
-        insert_notifications_local(conn, &created)?;
-    }
-    Ok(results)
-}
+use crate::store::local::{ignore, rows_of};
 
 /// Inserts notifications on SQLite with multi-row `VALUES` statements, up to 64 rows each (so
 /// one of each for a group of up to 64; see [`crate::store::local::row_chunks`]): the
 /// notifications; the delivery jobs; for in-app, each user's sequence advanced once by the
 /// user's count (`RETURNING` its new end), then the inbox items numbered from it in arrival
 /// order, and their `delivered` attempts.
-fn insert_notifications_local(
+pub(super) fn insert_notifications_local(
     conn: &rusqlite::Connection,
     notifications: &[&NewNotification],
 ) -> StoreResult<()> {
@@ -299,20 +251,7 @@ const SET_STATUSES: (&str, &str, &str) = (
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A store on a fresh SQLite file, with a tenant and an application, and the writer's kind
-    /// of connection to the same file.
-    async fn sqlite(dir: &std::path::Path) -> (Store, TenantId, ApplicationId, rusqlite::Connection) {
-        let path = dir.join("herald.db");
-        let config = crate::config::Layers::new()
-            .env([("HERALD_DATABASE_URL".to_owned(), format!("sqlite://{}", path.display()))])
-            .build(false)
-            .unwrap();
-        let store = Store::open(&config).await.unwrap();
-        let tenant = store.create_tenant("T".into()).await.unwrap();
-        let app = store.create_application(&tenant.id, "A".into()).await.unwrap().unwrap();
-        (store, tenant.id, app.id, crate::store::local::open(&path, false).unwrap())
-    }
+    use crate::store::local::testing::sqlite;
 
     /// Notification `n`: in-app to user `n % 3`, or an email.
     fn notification(tenant: &TenantId, app: &ApplicationId, n: usize, in_app: bool) -> NewNotification {
@@ -351,8 +290,9 @@ mod tests {
                 })
                 .collect();
             let refs: Vec<&Dispatch> = group.iter().collect();
-            let results =
-                dispatch_all_local(&mut conn, &refs).await.expect("the group is written as a group");
+            let results = dispatch_all(&mut Conn::Local(&mut conn), &refs)
+                .await
+                .expect("the group is written as a group");
             assert!(results.iter().all(|r| *r == DispatchResult::Created));
         }
         for user in 0..3 {

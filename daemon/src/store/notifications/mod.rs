@@ -18,7 +18,7 @@ use super::{
 
 mod local;
 mod writes;
-pub(super) use local::{dispatch_all_local, record_all_local};
+pub(super) use local::record_all_local;
 pub(super) use writes::{Attempt, Dispatch, dispatch_all, dispatch_one, record_all, record_one};
 
 /// A notification to insert.

@@ -1,5 +1,6 @@
 //! The writer's typed work for notifications (see `store/writer.rs`): dispatches and delivery
-//! attempt outcomes, one at a time and, on PostgreSQL, a group's worth in set-based statements.
+//! attempt outcomes, one at a time and, on PostgreSQL, a group's worth in set-based statements
+//! (SQLite's are in `local.rs`).
 
 use super::*;
 
@@ -41,32 +42,43 @@ pub(in crate::store) async fn dispatch_one(
     Ok(DispatchResult::Created)
 }
 
-/// Writes many dispatches (no idempotency key twice). On PostgreSQL: one statement claims
-/// every key (one more reads the keys held already), one inserts every notification with its
-/// delivery job or inbox item and sends the inbox NOTIFY. (On SQLite the writer runs
-/// [`dispatch_one`] for each.)
+/// The idempotency keys of `dispatches[keyed]` to claim, each with its response.
+fn claims_of<'a>(dispatches: &[&'a Dispatch], keyed: &[usize]) -> Vec<idempotency::Claim<'a>> {
+    keyed
+        .iter()
+        .filter_map(|&i| {
+            let Dispatch { notification, idempotency } = dispatches[i];
+            let idem = idempotency.as_ref()?;
+            Some(idempotency::Claim {
+                application_id: &notification.application_id,
+                idempotency: &idem.key,
+                response: Some((idem.status_code, idem.body.as_str())),
+                now: notification.created_at,
+                ttl_ms: idem.ttl_ms,
+            })
+        })
+        .collect()
+}
+
+/// Writes many dispatches (no idempotency key twice): one statement claims every key (one more
+/// reads the keys held already), then the notifications are inserted with their delivery jobs
+/// or inbox items: on PostgreSQL in one statement that also sends the inbox NOTIFY
+/// ([`insert_notifications`]), on SQLite in one multi-row statement per table
+/// (`insert_notifications_local`).
 pub(in crate::store) async fn dispatch_all(
-    pg: &mut sqlx::PgConnection,
+    conn: &mut Conn<'_>,
     dispatches: &[&Dispatch],
 ) -> StoreResult<Vec<DispatchResult>> {
     let keyed: Vec<usize> = (0..dispatches.len()).filter(|&i| dispatches[i].idempotency.is_some()).collect();
     let mut results = vec![DispatchResult::Created; dispatches.len()];
     if !keyed.is_empty() {
-        let claims: Vec<idempotency::Claim<'_>> = keyed
-            .iter()
-            .filter_map(|&i| {
-                let Dispatch { notification, idempotency } = dispatches[i];
-                let idem = idempotency.as_ref()?;
-                Some(idempotency::Claim {
-                    application_id: &notification.application_id,
-                    idempotency: &idem.key,
-                    response: Some((idem.status_code, idem.body.as_str())),
-                    now: notification.created_at,
-                    ttl_ms: idem.ttl_ms,
-                })
-            })
-            .collect();
-        for (i, result) in keyed.iter().zip(idempotency::claim_all(pg, &claims).await?) {
+        let claims = claims_of(dispatches, &keyed);
+        let claimed = match conn {
+            Conn::Postgres(pg) => idempotency::claim_all(pg, &claims).await?,
+            Conn::Local(local) => idempotency::claim_all_local(local, &claims)?,
+            Conn::Sqlite(_) => return Err(crate::store::writer::not_set_based()),
+        };
+        for (i, result) in keyed.iter().zip(claimed) {
             results[*i] = result;
         }
     }
@@ -76,8 +88,11 @@ pub(in crate::store) async fn dispatch_all(
         .filter(|(_, r)| **r == DispatchResult::Created)
         .map(|(d, _)| &d.notification)
         .collect();
-    if !created.is_empty() {
-        insert_notifications(pg, &created).await?;
+    match conn {
+        _ if created.is_empty() => {}
+        Conn::Postgres(pg) => insert_notifications(pg, &created).await?,
+        Conn::Local(local) => super::local::insert_notifications_local(local, &created)?,
+        Conn::Sqlite(_) => return Err(crate::store::writer::not_set_based()),
     }
     Ok(results)
 }
@@ -286,8 +301,8 @@ pub(in crate::store) async fn record_one(conn: &mut Conn<'_>, attempt: &Attempt)
     Ok(true)
 }
 
-/// Records many attempts' outcomes (no notification twice) on PostgreSQL, in one statement. (On
-/// SQLite the writer runs [`record_one`] for each.)
+/// Records many attempts' outcomes (no notification twice) on PostgreSQL, in one statement.
+/// (SQLite's counterpart is `record_all_local`.)
 pub(in crate::store) async fn record_all(
     pg: &mut sqlx::PgConnection,
     attempts: &[&Attempt],

@@ -1,7 +1,9 @@
 //! The writer's typed work for OTP (see `store/writer.rs`): sends and verifications, one at a
-//! time and, on PostgreSQL, a group's worth in set-based statements.
+//! time and a group's worth in set-based statements (PostgreSQL's `unnest`, SQLite's multi-row
+//! `VALUES` on the writer's own connection, up to 64 rows per statement).
 
 use super::*;
+use crate::store::local::{FromLocalRow, ignore, rows_of};
 
 /// An OTP send for the writer: the transaction to record, its idempotency key and the
 /// recipient's send limit.
@@ -95,24 +97,26 @@ async fn lock_recipients(pg: &mut sqlx::PgConnection, mut recipients: Vec<(&str,
     Ok(())
 }
 
-/// Records many sends (no recipient or idempotency key twice). On PostgreSQL: one statement
-/// locks every recipient (in one order for every writer); with idempotency keys, one finds
-/// which of the keyed sends' recipients have room and one claims those keys (a refused send
-/// claims nothing, as in [`send_one`]); one inserts every transaction whose recipient's window
-/// has room. A refused send is then answered with its wait. (On SQLite the writer runs
-/// [`send_one`] for each.)
+/// Records many sends (no recipient or idempotency key twice), in set-based statements: on
+/// PostgreSQL, one statement locks every recipient (in one order for every writer; SQLite's one
+/// writer needs no lock). With idempotency keys, one finds which of the keyed sends' recipients
+/// have room and one claims those keys (a refused send claims nothing, as in [`send_one`]). One
+/// inserts every transaction whose recipient's window has room. A refused send is then answered
+/// with its wait (one statement each: refusals are the rare case).
 pub(in crate::store) async fn send_all(
-    pg: &mut sqlx::PgConnection,
+    conn: &mut Conn<'_>,
     sends: &[&OtpSend],
 ) -> StoreResult<Vec<OtpSendStart>> {
-    let recipients: Vec<(&str, &str)> =
-        sends.iter().map(|s| (s.otp.application_id.as_str(), s.otp.recipient_key.as_str())).collect();
-    lock_recipients(pg, recipients).await?;
+    if let Conn::Postgres(pg) = conn {
+        let recipients: Vec<(&str, &str)> =
+            sends.iter().map(|s| (s.otp.application_id.as_str(), s.otp.recipient_key.as_str())).collect();
+        lock_recipients(pg, recipients).await?;
+    }
     let mut answers: Vec<Option<OtpSendStart>> = sends.iter().map(|_| None).collect();
     let keyed: Vec<usize> = (0..sends.len()).filter(|&i| sends[i].idempotency.is_some()).collect();
     if !keyed.is_empty() {
         let keyed_sends: Vec<&OtpSend> = keyed.iter().map(|&i| sends[i]).collect();
-        let room = with_room(pg, &keyed_sends).await?;
+        let room = with_room(conn, &keyed_sends).await?;
         let claims: Vec<(usize, crate::store::idempotency::Claim<'_>)> = keyed
             .iter()
             .filter(|&&i| room.contains(sends[i].otp.id.as_str()))
@@ -130,10 +134,11 @@ pub(in crate::store) async fn send_all(
             })
             .collect();
         let (indices, claims): (Vec<usize>, Vec<_>) = claims.into_iter().unzip();
-        let claimed = if claims.is_empty() {
-            Vec::new()
-        } else {
-            crate::store::idempotency::claim_all(pg, &claims).await?
+        let claimed = match conn {
+            _ if claims.is_empty() => Vec::new(),
+            Conn::Postgres(pg) => crate::store::idempotency::claim_all(pg, &claims).await?,
+            Conn::Local(local) => crate::store::idempotency::claim_all_local(local, &claims)?,
+            Conn::Sqlite(_) => return Err(crate::store::writer::not_set_based()),
         };
         for (i, claimed) in indices.into_iter().zip(claimed) {
             if claimed != DispatchResult::Created {
@@ -145,7 +150,7 @@ pub(in crate::store) async fn send_all(
     // refused by the insert's own check, like any other.
     let inserting: Vec<&OtpSend> =
         sends.iter().zip(&answers).filter(|(_, a)| a.is_none()).map(|(s, _)| *s).collect();
-    let inserted = insert_all(pg, &inserting).await?;
+    let inserted = insert_all(conn, &inserting).await?;
     let mut results = Vec::with_capacity(sends.len());
     for (send, answer) in sends.iter().zip(answers) {
         if let Some(answer) = answer {
@@ -157,52 +162,93 @@ pub(in crate::store) async fn send_all(
             continue;
         }
         let OtpSend { otp, limit, .. } = send;
-        let wait = over_limit(
-            &mut Conn::Postgres(&mut *pg),
-            SENDS_SINCE,
-            &otp.application_id,
-            &otp.recipient_key,
-            *limit,
-            otp.created_at,
-        )
-        .await?;
+        let wait =
+            over_limit(conn, SENDS_SINCE, &otp.application_id, &otp.recipient_key, *limit, otp.created_at)
+                .await?;
         // Not inserted means the window was full when the statement looked.
         results.push(OtpSendStart::RateLimited { retry_after_ms: wait.unwrap_or(1) });
     }
     Ok(results)
 }
 
+/// Each send with the start of its recipient's window.
+fn with_since<'a>(sends: &[&'a OtpSend]) -> Vec<(&'a OtpSend, i64)> {
+    sends.iter().map(|s| (*s, s.otp.created_at - s.limit.window_ms)).collect()
+}
+
 /// Which of `sends` (their recipients locked) have room in their recipient's window: their ids.
 async fn with_room(
-    pg: &mut sqlx::PgConnection,
+    conn: &mut Conn<'_>,
     sends: &[&OtpSend],
 ) -> StoreResult<std::collections::HashSet<String>> {
-    crate::store::count_call();
-    let ids: Vec<String> = sqlx::query_scalar(
-        "SELECT id FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[])
-             AS t(id, application_id, recipient_key, since, max)
-         WHERE (SELECT COUNT(*) FROM otp_transactions o
-                WHERE o.application_id = t.application_id AND o.recipient_key = t.recipient_key
-                  AND o.created_at > t.since) < t.max",
-    )
-    .bind(sends.iter().map(|s| s.otp.id.as_str()).collect::<Vec<_>>())
-    .bind(sends.iter().map(|s| s.otp.application_id.as_str()).collect::<Vec<_>>())
-    .bind(sends.iter().map(|s| s.otp.recipient_key.as_str()).collect::<Vec<_>>())
-    .bind(sends.iter().map(|s| s.otp.created_at - s.limit.window_ms).collect::<Vec<_>>())
-    .bind(sends.iter().map(|s| s.limit.max).collect::<Vec<_>>())
-    .fetch_all(&mut *pg)
-    .await?;
+    let ids: Vec<String> = match conn {
+        Conn::Postgres(pg) => {
+            crate::store::count_call();
+            sqlx::query_scalar(
+                "SELECT id FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[])
+                     AS t(id, application_id, recipient_key, since, max)
+                 WHERE (SELECT COUNT(*) FROM otp_transactions o
+                        WHERE o.application_id = t.application_id AND o.recipient_key = t.recipient_key
+                          AND o.created_at > t.since) < t.max",
+            )
+            .bind(sends.iter().map(|s| s.otp.id.as_str()).collect::<Vec<_>>())
+            .bind(sends.iter().map(|s| s.otp.application_id.as_str()).collect::<Vec<_>>())
+            .bind(sends.iter().map(|s| s.otp.recipient_key.as_str()).collect::<Vec<_>>())
+            .bind(sends.iter().map(|s| s.otp.created_at - s.limit.window_ms).collect::<Vec<_>>())
+            .bind(sends.iter().map(|s| s.limit.max).collect::<Vec<_>>())
+            .fetch_all(&mut **pg)
+            .await?
+        }
+        Conn::Local(local) => rows_of(
+            local,
+            WITH_ROOM_ROWS,
+            &with_since(sends),
+            |(s, since)| vec![&s.otp.id, &s.otp.application_id, &s.otp.recipient_key, since, &s.limit.max],
+            |r| r.get(0),
+        )?,
+        Conn::Sqlite(_) => return Err(crate::store::writer::not_set_based()),
+    };
     Ok(ids.into_iter().collect())
 }
 
 /// Inserts each of `sends` as `sent` if its recipient's window has room: the ids inserted.
 async fn insert_all(
-    pg: &mut sqlx::PgConnection,
+    conn: &mut Conn<'_>,
     sends: &[&OtpSend],
 ) -> StoreResult<std::collections::HashSet<String>> {
     if sends.is_empty() {
         return Ok(Default::default());
     }
+    let pg = match conn {
+        Conn::Postgres(pg) => pg,
+        Conn::Local(local) => {
+            let inserted: Vec<String> = rows_of(
+                local,
+                INSERT_ROWS,
+                &with_since(sends),
+                |(s, since)| {
+                    let o = &s.otp;
+                    vec![
+                        &o.id,
+                        &o.tenant_id,
+                        &o.application_id,
+                        &o.channel,
+                        &o.recipient_key,
+                        &o.recipient_masked,
+                        &o.salt,
+                        &o.code_hash,
+                        &o.expires_at,
+                        &o.created_at,
+                        since,
+                        &s.limit.max,
+                    ]
+                },
+                |r| r.get(0),
+            )?;
+            return Ok(inserted.into_iter().collect());
+        }
+        Conn::Sqlite(_) => return Err(crate::store::writer::not_set_based()),
+    };
     let column = |f: fn(&NewOtp) -> &str| sends.iter().map(|s| f(&s.otp)).collect::<Vec<&str>>();
     crate::store::count_call();
     let inserted: Vec<String> = sqlx::query_scalar(
@@ -234,10 +280,35 @@ async fn insert_all(
     .bind(sends.iter().map(|s| s.otp.created_at).collect::<Vec<_>>())
     .bind(sends.iter().map(|s| s.otp.created_at - s.limit.window_ms).collect::<Vec<_>>())
     .bind(sends.iter().map(|s| s.limit.max).collect::<Vec<_>>())
-    .fetch_all(&mut *pg)
+    .fetch_all(&mut **pg)
     .await?;
     Ok(inserted.into_iter().collect())
 }
+
+/// The multi-row statements of the SQLite sends' group: `(head, row, tail)`.
+const WITH_ROOM_ROWS: (&str, &str, &str) = (
+    "WITH v(id, application_id, recipient_key, since, max_sends) AS (",
+    "(?, ?, ?, ?, ?)",
+    ") SELECT id FROM v
+       WHERE (SELECT COUNT(*) FROM otp_transactions o
+              WHERE o.application_id = v.application_id AND o.recipient_key = v.recipient_key
+                AND o.created_at > v.since) < v.max_sends",
+);
+const INSERT_ROWS: (&str, &str, &str) = (
+    "WITH v(id, tenant_id, application_id, channel, recipient_key, recipient_masked, salt, code_hash,
+            expires_at, created_at, since, max_sends) AS (",
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    ") INSERT INTO otp_transactions
+         (id, tenant_id, application_id, channel, recipient_key, recipient_masked, salt, code_hash,
+          status, expires_at, created_at, updated_at)
+       SELECT id, tenant_id, application_id, channel, recipient_key, recipient_masked, salt, code_hash,
+              'sent', expires_at, created_at, created_at
+       FROM v
+       WHERE (SELECT COUNT(*) FROM otp_transactions o
+              WHERE o.application_id = v.application_id AND o.recipient_key = v.recipient_key
+                AND o.created_at > v.since) < v.max_sends
+       RETURNING id",
+);
 
 /// An OTP verification for the writer: the transaction, when, the failure window, and the
 /// rules that judge its snapshot (run again if the verification has to be).
@@ -337,15 +408,47 @@ pub(in crate::store) async fn verify_one(
     Ok(Some(verdict))
 }
 
-/// Verifies many codes (no transaction twice). On PostgreSQL: one statement locks and reads
-/// every transaction (in id order) and locks their recipients, one counts the recipients'
-/// recent failures; the rules judge each in turn (a wrong code counts against the next
-/// verification of the same recipient in the group, as it would one after the other); one
-/// statement writes every verdict. (On SQLite the writer runs [`verify_one`] for each.)
+/// Verifies many codes (no transaction twice), in set-based statements: the transactions and
+/// their recipients' recent failures are read (on PostgreSQL locking the rows, in one order for
+/// every writer: [`lock_and_read`]; on SQLite in one statement: [`READ_ROWS`]); the rules judge
+/// each in turn ([`judge`]: a wrong code counts against the next verification of the same
+/// recipient in the group, as it would one after the other); every verdict is written at once.
 pub(in crate::store) async fn verify_all(
-    pg: &mut sqlx::PgConnection,
+    conn: &mut Conn<'_>,
     verifies: &[&OtpVerify],
 ) -> StoreResult<Vec<Option<OtpVerdict>>> {
+    let mut snapshots = match conn {
+        Conn::Postgres(pg) => lock_and_read(pg, verifies).await?,
+        Conn::Local(local) => read_local(local, verifies)?,
+        Conn::Sqlite(_) => return Err(crate::store::writer::not_set_based()),
+    };
+    let verdicts = judge(verifies, &mut snapshots);
+    let (changes, failures) = changes_of(verifies, &snapshots, &verdicts);
+    match conn {
+        _ if changes.is_empty() => {}
+        Conn::Postgres(pg) => write_verdicts(pg, &changes, &failures).await?,
+        Conn::Local(local) => {
+            rows_of(
+                local,
+                VERDICT_ROWS,
+                &changes,
+                |(id, status, failed, verified, now)| vec![id, status, failed, verified, now],
+                ignore,
+            )?;
+            rows_of(local, FAILURE_ROWS, &failures, |(app, recipient, at)| vec![app, recipient, at], ignore)?;
+        }
+        Conn::Sqlite(_) => return Err(crate::store::writer::not_set_based()),
+    }
+    Ok(verdicts)
+}
+
+/// On PostgreSQL: one statement locks and reads every transaction (in id order) and locks
+/// their recipients; one counts the recipients' recent failures. Each verification's snapshot,
+/// or none if its transaction is not there.
+async fn lock_and_read(
+    pg: &mut sqlx::PgConnection,
+    verifies: &[&OtpVerify],
+) -> StoreResult<Vec<Option<OtpSnapshot>>> {
     #[derive(sqlx::FromRow)]
     struct Locked {
         id: String,
@@ -402,10 +505,36 @@ pub(in crate::store) async fn verify_all(
         };
         (snapshot.recent_failures, snapshot.oldest_failure) = (count, oldest);
     }
-    // Judge in order; a wrong code is a failure the next verification of its recipient sees.
+    Ok(snapshots)
+}
+
+/// On SQLite: every transaction with its recipient's recent failures, in one statement
+/// (up to 64 rows).
+fn read_local(conn: &rusqlite::Connection, verifies: &[&OtpVerify]) -> StoreResult<Vec<Option<OtpSnapshot>>> {
+    let rows: Vec<(i64, &OtpVerify, i64)> =
+        verifies.iter().zip(0..).map(|(v, ord)| (ord, *v, v.now - v.failure_window_ms)).collect();
+    let read: Vec<(i64, OtpSnapshot)> = rows_of(
+        conn,
+        READ_ROWS,
+        &rows,
+        |(ord, v, since)| vec![ord, &v.id, &v.app, since],
+        |r| Ok((r.get("ord")?, OtpSnapshot::from_local_row(r)?)),
+    )?;
+    let mut snapshots: Vec<Option<OtpSnapshot>> = verifies.iter().map(|_| None).collect();
+    for (ord, snapshot) in read {
+        if let Some(slot) = usize::try_from(ord).ok().and_then(|i| snapshots.get_mut(i)) {
+            *slot = Some(snapshot);
+        }
+    }
+    Ok(snapshots)
+}
+
+/// The rules' verdict on each snapshot, in order; a wrong code is a failure the next
+/// verification of its recipient sees.
+fn judge(verifies: &[&OtpVerify], snapshots: &mut [Option<OtpSnapshot>]) -> Vec<Option<OtpVerdict>> {
     let mut verdicts = Vec::with_capacity(verifies.len());
     let mut failures: Vec<(String, i64)> = Vec::new();
-    for (verify, snapshot) in verifies.iter().zip(&mut snapshots) {
+    for (verify, snapshot) in verifies.iter().zip(snapshots.iter_mut()) {
         let Some(snapshot) = snapshot else {
             verdicts.push(None);
             continue;
@@ -422,21 +551,23 @@ pub(in crate::store) async fn verify_all(
         }
         verdicts.push(Some(verdict));
     }
-    write_verdicts(pg, verifies, &snapshots, &verdicts).await?;
-    Ok(verdicts)
+    verdicts
 }
 
-/// Writes a group's verdicts in one statement: each transaction's new state, and a failure
-/// row for each wrong code.
-async fn write_verdicts(
-    pg: &mut sqlx::PgConnection,
-    verifies: &[&OtpVerify],
-    snapshots: &[Option<OtpSnapshot>],
+/// A transaction's new state: `(id, status, failed_attempts, verified, now)`.
+type Change<'a> = (&'a str, &'a str, Option<i64>, bool, i64);
+/// A wrong code's failure: `(application, recipient, at)`.
+type Failure<'a> = (&'a str, &'a str, i64);
+
+/// What a group's verdicts write: each transaction that changes, and a failure row for each
+/// wrong code.
+fn changes_of<'a>(
+    verifies: &[&'a OtpVerify],
+    snapshots: &'a [Option<OtpSnapshot>],
     verdicts: &[Option<OtpVerdict>],
-) -> StoreResult<()> {
-    // (id, status, failed_attempts, verified, now) per transaction that changes.
-    let mut changes: Vec<(&str, &str, Option<i64>, bool, i64)> = Vec::new();
-    let mut failures: Vec<(&str, &str, i64)> = Vec::new();
+) -> (Vec<Change<'a>>, Vec<Failure<'a>>) {
+    let mut changes = Vec::new();
+    let mut failures = Vec::new();
     for ((verify, snapshot), verdict) in verifies.iter().zip(snapshots).zip(verdicts) {
         let (Some(snapshot), Some(verdict)) = (snapshot, verdict) else { continue };
         let id = verify.id.as_str();
@@ -453,9 +584,15 @@ async fn write_verdicts(
             _ => {}
         }
     }
-    if changes.is_empty() {
-        return Ok(());
-    }
+    (changes, failures)
+}
+
+/// Writes a group's verdicts on PostgreSQL in one statement.
+async fn write_verdicts(
+    pg: &mut sqlx::PgConnection,
+    changes: &[Change<'_>],
+    failures: &[Failure<'_>],
+) -> StoreResult<()> {
     crate::store::count_call();
     sqlx::query(
         "WITH v AS (
@@ -481,4 +618,202 @@ async fn write_verdicts(
     .execute(&mut *pg)
     .await?;
     Ok(())
+}
+
+/// The multi-row statements of the SQLite verifications' group: `(head, row, tail)`.
+const READ_ROWS: (&str, &str, &str) = (
+    "WITH v(ord, id, application_id, since) AS (",
+    "(?, ?, ?, ?)",
+    ") SELECT v.ord, o.recipient_key, o.salt, o.code_hash,
+              CASE o.status WHEN 'sending' THEN 'failed' ELSE o.status END AS status,
+              o.failed_attempts, o.expires_at,
+              COUNT(f.at) AS recent_failures, MIN(f.at) AS oldest_failure
+       FROM v JOIN otp_transactions o ON o.id = v.id AND o.application_id = v.application_id
+       LEFT JOIN otp_failures f ON f.application_id = o.application_id
+           AND f.recipient_key = o.recipient_key AND f.at > v.since
+       GROUP BY v.ord, o.recipient_key, o.salt, o.code_hash, o.status, o.failed_attempts, o.expires_at",
+);
+const VERDICT_ROWS: (&str, &str, &str) = (
+    "UPDATE otp_transactions SET
+         status = v.column2,
+         failed_attempts = COALESCE(v.column3, otp_transactions.failed_attempts),
+         verified_at = CASE WHEN v.column4 THEN v.column5 ELSE otp_transactions.verified_at END,
+         updated_at = v.column5
+     FROM (",
+    "(?, ?, ?, ?, ?)",
+    ") AS v WHERE otp_transactions.id = v.column1",
+);
+const FAILURE_ROWS: (&str, &str, &str) =
+    ("INSERT INTO otp_failures (application_id, recipient_key, at)", "(?, ?, ?)", "");
+
+#[cfg(test)]
+mod tests {
+    use herald_common::ids::TenantId;
+
+    use super::*;
+    use crate::store::local::testing::sqlite;
+
+    const WINDOW_MS: i64 = 60_000;
+
+    /// A send to `recipient` at `now` (one code per recipient per minute), with an idempotency
+    /// key `(key, request_hash)` if given.
+    fn send(
+        tenant: &TenantId,
+        app: &ApplicationId,
+        recipient: &str,
+        key: Option<(&str, &str)>,
+        now: i64,
+    ) -> OtpSend {
+        OtpSend {
+            otp: NewOtp {
+                id: OtpId::new(),
+                tenant_id: tenant.clone(),
+                application_id: app.clone(),
+                channel: Channel::Sms,
+                recipient_key: recipient.to_owned(),
+                recipient_masked: "+1******".into(),
+                salt: "salt".into(),
+                code_hash: "hash".into(),
+                expires_at: now + 600_000,
+                created_at: now,
+            },
+            idempotency: key.map(|(key, hash)| {
+                (IdempotencyKey { key: key.to_owned(), request_hash: hash.to_owned() }, 3_600_000)
+            }),
+            limit: Limit { max: 1, window_ms: WINDOW_MS },
+        }
+    }
+
+    /// Runs `sends` as one group on SQLite's writer connection; it must not fail (the writer
+    /// would then run it one by one, and the tests above the store would still pass).
+    async fn send_group(conn: &mut rusqlite::Connection, sends: &[OtpSend]) -> Vec<OtpSendStart> {
+        let refs: Vec<&OtpSend> = sends.iter().collect();
+        send_all(&mut Conn::Local(conn), &refs).await.expect("the group is written as a group")
+    }
+
+    fn count(conn: &rusqlite::Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    /// OTP sends as SQLite groups, in multi-row statements: each recipient's window holds, a
+    /// refusal carries its wait, and a keyed send claims its key only if its recipient has room.
+    #[tokio::test]
+    async fn a_sqlite_send_group_is_written_by_its_multi_row_statements() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, tenant, app, mut conn) = sqlite(dir.path()).await;
+        let recipients: Vec<String> = (0..70).map(|i| format!("+1415555{i:04}")).collect();
+        // 70 recipients (more than one statement's 64 rows), a code each; then each again.
+        let first: Vec<OtpSend> = recipients.iter().map(|r| send(&tenant, &app, r, None, 1_000)).collect();
+        assert!(send_group(&mut conn, &first).await.iter().all(|s| *s == OtpSendStart::Started));
+        let again: Vec<OtpSend> = recipients.iter().map(|r| send(&tenant, &app, r, None, 2_000)).collect();
+        let refused = send_group(&mut conn, &again).await;
+        assert!(
+            refused.iter().all(|s| *s == OtpSendStart::RateLimited { retry_after_ms: 59_000 }),
+            "{refused:?}"
+        );
+        // Keyed: two to new recipients, one to a recipient whose window is full.
+        let keyed = [("s0", "a"), ("s1", "b"), (recipients[0].as_str(), "c")]
+            .map(|(to, key)| send(&tenant, &app, to, Some((key, "h")), 3_000));
+        assert_eq!(
+            send_group(&mut conn, &keyed).await,
+            [
+                OtpSendStart::Started,
+                OtpSendStart::Started,
+                OtpSendStart::RateLimited { retry_after_ms: 58_000 }
+            ]
+        );
+        // Key a again with the same request, b with another; c was never claimed.
+        let later = [("s2", "a", "h"), ("s3", "b", "other"), ("s4", "c", "h")]
+            .map(|(to, key, hash)| send(&tenant, &app, to, Some((key, hash)), 4_000));
+        assert_eq!(
+            send_group(&mut conn, &later).await,
+            [
+                OtpSendStart::Idempotent(DispatchResult::InFlight),
+                OtpSendStart::Idempotent(DispatchResult::KeyReused),
+                OtpSendStart::Started,
+            ]
+        );
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM otp_transactions"), 70 + 2 + 1);
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM idempotency_keys"), 3);
+        drop(conn);
+        store.close().await;
+    }
+
+    /// OTP verifications as SQLite groups, in multi-row statements: each is judged on its
+    /// transaction and its recipient's failures (those of earlier ones in its group too), and
+    /// every verdict is written.
+    #[tokio::test]
+    async fn a_sqlite_verify_group_is_written_by_its_multi_row_statements() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, tenant, app, mut conn) = sqlite(dir.path()).await;
+        // Codes 0..70, two per recipient (2k and 2k + 1 to recipient k), sent in two groups.
+        let sends: Vec<OtpSend> = (0..70)
+            .map(|i| {
+                let mut send = send(&tenant, &app, &format!("r{}", i / 2), None, 1_000 + i % 2);
+                send.limit.max = 10;
+                send
+            })
+            .collect();
+        for parity in [0, 1] {
+            let group: Vec<&OtpSend> = sends.iter().skip(parity).step_by(2).collect();
+            send_all(&mut Conn::Local(&mut conn), &group).await.unwrap();
+        }
+        // Every seventh code is right; a wrong one is refused while its recipient has a failure.
+        let verify = |id: &OtpId, i: usize, now: i64| OtpVerify {
+            id: id.clone(),
+            app: app.clone(),
+            now,
+            failure_window_ms: WINDOW_MS,
+            decide: if i.is_multiple_of(7) {
+                Box::new(|_| OtpVerdict::Verified)
+            } else {
+                Box::new(|s| match s.oldest_failure {
+                    Some(oldest) => OtpVerdict::RateLimited { retry_after_ms: oldest },
+                    None => OtpVerdict::Wrong { failed_attempts: s.failed_attempts + 1, tombstoned: false },
+                })
+            },
+        };
+        let mut group: Vec<OtpVerify> =
+            sends.iter().enumerate().map(|(i, s)| verify(&s.otp.id, i, 5_000)).collect();
+        group.push(verify(&OtpId::new(), 1, 5_000));
+        let refs: Vec<&OtpVerify> = group.iter().collect();
+        let verdicts =
+            verify_all(&mut Conn::Local(&mut conn), &refs).await.expect("the group is written as a group");
+        let expected = |i: usize| match i {
+            70 => None,
+            i if i % 7 == 0 => Some(OtpVerdict::Verified),
+            // The recipient's first code was wrong, in this group.
+            i if i % 2 == 1 && (i - 1) % 7 != 0 => Some(OtpVerdict::RateLimited { retry_after_ms: 5_000 }),
+            _ => Some(OtpVerdict::Wrong { failed_attempts: 1, tombstoned: false }),
+        };
+        assert_eq!(verdicts, (0..71).map(expected).collect::<Vec<_>>());
+        let wrong = verdicts.iter().filter(|v| matches!(v, Some(OtpVerdict::Wrong { .. }))).count();
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM otp_failures WHERE at = 5000") as usize, wrong);
+        assert_eq!(
+            count(
+                &conn,
+                "SELECT COUNT(*) FROM otp_transactions WHERE status = 'verified' AND verified_at = 5000"
+            ),
+            10
+        );
+        assert_eq!(
+            count(&conn, "SELECT COUNT(*) FROM otp_transactions WHERE failed_attempts = 1") as usize,
+            wrong
+        );
+        // Again: every wrong one now finds its recipient's failure in the table.
+        let retried: Vec<OtpVerify> = sends
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| matches!(expected(*i), Some(OtpVerdict::Wrong { .. })))
+            .map(|(i, s)| verify(&s.otp.id, i, 6_000))
+            .collect();
+        let refs: Vec<&OtpVerify> = retried.iter().collect();
+        let verdicts = verify_all(&mut Conn::Local(&mut conn), &refs).await.unwrap();
+        assert!(
+            verdicts.iter().all(|v| *v == Some(OtpVerdict::RateLimited { retry_after_ms: 5_000 })),
+            "{verdicts:?}"
+        );
+        drop(conn);
+        store.close().await;
+    }
 }
