@@ -273,7 +273,10 @@ async fn otp(
     let health: load::MakeRequest = Arc::new(|_| (Method::GET, "/healthz".into(), None));
     let floor = load::run(&d.url, None, pairs * 2, concurrency, health, nothing.clone()).await;
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let http = reqwest::Client::new();
+    let pid = d.child.id();
     let recording = profile::start(perf, "otp").await?;
+    let before = costs::sample(&http, &d.url, pid).await?;
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..concurrency {
@@ -323,6 +326,7 @@ async fn otp(
     }
     let elapsed = started.elapsed();
     profile::stop(recording).await?;
+    let cost = before.until(&costs::sample(&http, &d.url, pid).await?, latencies.len());
     latencies.sort();
     println!("\n{}, {pairs} OTP send + verify pairs, concurrency {concurrency}\n", engine_name(backend));
     println!("| path | per second | p50 ms | p99 ms | errors |");
@@ -340,9 +344,30 @@ async fn otp(
         load::percentile(&latencies, 50.0).as_secs_f64() * 1000.0,
         load::percentile(&latencies, 99.0).as_secs_f64() * 1000.0,
     );
+    print_costs("pair", backend, &[("send + verify", &cost)]);
     let mut child = d.child;
     let _ = child.kill().await;
     Ok(())
+}
+
+/// The costs of each kind of work, per `unit`: a Markdown table.
+fn print_costs(unit: &str, backend: Backend, costs: &[(&str, &costs::Cost)]) {
+    println!(
+        "\n| per {unit} | store calls | operations per write batch | daemon CPU ms | PostgreSQL CPU ms |"
+    );
+    println!("|---|---|---|---|---|");
+    for (name, cost) in costs {
+        println!(
+            "| {name} | {:.2} | {:.1} | {:.3} | {} |",
+            cost.calls_per_unit,
+            cost.operations_per_batch,
+            cost.daemon_cpu_ms_per_unit,
+            match backend {
+                Backend::Postgres => format!("{:.3}", cost.postgres_cpu_ms_per_unit),
+                Backend::Sqlite => "n/a".to_owned(),
+            }
+        );
+    }
 }
 
 async fn dispatch(
@@ -468,22 +493,11 @@ async fn dispatch(
             in_app.per_second() / tps
         );
     }
-    println!(
-        "\n| per dispatch | store calls | operations per write batch | daemon CPU ms | PostgreSQL CPU ms |"
+    print_costs(
+        "dispatch",
+        backend,
+        &[("in_app accepted", &in_app_cost), ("email accepted and delivered", &email_cost)],
     );
-    println!("|---|---|---|---|---|");
-    for (name, cost) in [("in_app accepted", &in_app_cost), ("email accepted and delivered", &email_cost)] {
-        println!(
-            "| {name} | {:.2} | {:.1} | {:.3} | {} |",
-            cost.calls_per_unit,
-            cost.operations_per_batch,
-            cost.daemon_cpu_ms_per_unit,
-            match backend {
-                Backend::Postgres => format!("{:.3}", cost.postgres_cpu_ms_per_unit),
-                Backend::Sqlite => "n/a".to_owned(),
-            }
-        );
-    }
     let mut child = d.child;
     let _ = child.kill().await;
     Ok(())
