@@ -293,6 +293,8 @@ both_backends!(grouped_attempt_outcomes_on_each_backend, grouped_attempt_outcome
 /// 300 OTP sends at once, six to each of 50 recipients against a limit of five: every
 /// recipient gets exactly five codes and one refusal with a wait, however the sends were
 /// grouped (two sends to one recipient never share a group; they would not see each other).
+/// Among them, three sends for an application that does not exist fail alone (each undoes its
+/// group, whose other sends then run one by one).
 async fn grouped_otp_sends(backend: Backend) {
     use herald_daemon::store::{Limit, OtpSendStart};
     let dir = tempfile::tempdir().unwrap();
@@ -300,15 +302,25 @@ async fn grouped_otp_sends(backend: Backend) {
     let grouped_before = herald_daemon::store::grouped_operations();
     let limit = Limit { max: 5, window_ms: 600_000 };
     let mut tasks = Vec::new();
+    let mut bad = Vec::new();
     for i in 0..300usize {
-        let otp = otp(&tenant, &app, format!("+1415555{:04}", i % 50), "hash".into());
-        let store = store.clone();
+        let send = otp(&tenant, &app, format!("+1415555{:04}", i % 50), "hash".into());
+        let writer = store.clone();
         tasks.push(tokio::spawn(
-            async move { (i % 50, store.begin_otp_send(otp, None, limit).await.unwrap()) },
+            async move { (i % 50, writer.begin_otp_send(send, None, limit).await.unwrap()) },
         ));
+        if i % 100 == 50 {
+            // A foreign key its insert breaks.
+            let send = otp(&tenant, &ApplicationId::new(), format!("+1415555{:04}", i % 50), "hash".into());
+            let store = store.clone();
+            bad.push(tokio::spawn(async move { store.begin_otp_send(send, None, limit).await }));
+        }
     }
     let mut started: HashMap<usize, usize> = HashMap::new();
     let mut refused: HashMap<usize, usize> = HashMap::new();
+    for task in bad {
+        assert!(task.await.unwrap().is_err(), "a send for a missing application must fail");
+    }
     for task in tasks {
         match task.await.unwrap() {
             (r, OtpSendStart::Started) => *started.entry(r).or_default() += 1,
