@@ -456,7 +456,10 @@ async fn lock_and_read(
         snapshot: OtpSnapshot,
     }
     crate::store::count_call();
-    // The transactions' rows, then their recipients' rows, each locked in one order.
+    // The transactions' rows, then their recipients' rows, each locked in one order. (Each
+    // statement that joins a group's ids to `otp_transactions` also names them in `= ANY(…)`,
+    // so PostgreSQL looks the rows up by key. With only the join, a growing table whose
+    // statistics still say it is small was read whole: a sequential scan per group.)
     let locked: Vec<Locked> = sqlx::query_as(
         "WITH t AS (
              SELECT o.id, o.application_id, o.recipient_key, o.salt, o.code_hash,
@@ -464,6 +467,7 @@ async fn lock_and_read(
                     o.failed_attempts, o.expires_at
              FROM otp_transactions o JOIN unnest($1::text[], $2::text[]) AS t(id, application_id)
                ON o.id = t.id AND o.application_id = t.application_id
+             WHERE o.id = ANY($1::text[])
              ORDER BY o.id FOR UPDATE OF o),
          r AS (INSERT INTO otp_recipients (application_id, recipient_key)
              SELECT DISTINCT application_id, recipient_key FROM t ORDER BY application_id, recipient_key
@@ -603,7 +607,7 @@ async fn write_verdicts(
                  failed_attempts = COALESCE(v.failed_attempts, o.failed_attempts),
                  verified_at = CASE WHEN v.verified THEN v.now ELSE o.verified_at END,
                  updated_at = v.now
-             FROM v WHERE o.id = v.id)
+             FROM v WHERE o.id = v.id AND o.id = ANY($1::text[]))
          INSERT INTO otp_failures (application_id, recipient_key, at)
          SELECT * FROM unnest($6::text[], $7::text[], $8::int8[])",
     )
