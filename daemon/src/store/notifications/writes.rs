@@ -1,6 +1,6 @@
 //! The writer's typed work for notifications (see `store/writer.rs`): dispatches and delivery
-//! attempt outcomes, one at a time and, on PostgreSQL, a group's worth in set-based statements
-//! (SQLite's are in `local.rs`).
+//! attempt outcomes, one at a time and a group's worth in set-based statements (PostgreSQL's
+//! here; SQLite's multi-row ones in `local.rs`).
 
 use super::*;
 
