@@ -61,6 +61,7 @@ keys! {
     "listen" => Some("127.0.0.1:8080"), "Address the daemon binds.";
     "database_url" => Some("sqlite://herald-data/herald.db"), "sqlite://PATH (embedded default) or postgres://USER@HOST/DB.";
     "database_max_connections" => Some("8"), "Connections in the read pool (and, on PostgreSQL, the writers share these).";
+    "database_writers" => Some("2"), "PostgreSQL: group-commit writers per daemon, each borrowing a pool connection while it writes (1–16, at most the pool size less two). With several daemons on one database, 1 each keeps batches large. SQLite always has one.";
     "sqlite_synchronous" => Some("full"), "SQLite durability: full (fsync every group commit) or normal (WAL checkpoints only).";
     "data_dir" => Some("herald-data"), "Folder for the generated secret, the email outbox and development files.";
     "secret" => None, "Server-side secret (at least 32 characters): OTP hashes, signing secrets. Generated once into the data folder when unset; set it when several daemons share a database.";
@@ -185,6 +186,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub database: DatabaseUrl,
     pub database_max_connections: u32,
+    /// PostgreSQL's group-commit writers per daemon (at most the pool size less two).
+    pub database_writers: usize,
     pub sqlite_synchronous_full: bool,
     pub data_dir: PathBuf,
     /// `None` means: use (or create) the secret file in `data_dir`.
@@ -324,6 +327,7 @@ impl Layers {
             stream_heartbeat: server.stream_heartbeat,
             database: storage.database,
             database_max_connections: storage.database_max_connections,
+            database_writers: storage.database_writers,
             sqlite_synchronous_full: storage.sqlite_synchronous_full,
             data_dir: storage.data_dir,
             secret: storage.secret,
@@ -410,6 +414,17 @@ mod tests {
             .build(false)
             .unwrap();
         assert_eq!(config.listen.port(), 3);
+    }
+
+    #[test]
+    fn database_writers_are_one_to_sixteen() {
+        let build = |v: &str| Layers::new().env(env(&[("HERALD_DATABASE_WRITERS", v)])).build(false);
+        assert_eq!(Layers::new().build(false).unwrap().database_writers, 2);
+        assert_eq!(build("1").unwrap().database_writers, 1);
+        for bad in ["0", "17", "two"] {
+            let err = build(bad).unwrap_err().to_string();
+            assert!(err.contains("HERALD_DATABASE_WRITERS"), "{bad}: {err}");
+        }
     }
 
     #[test]

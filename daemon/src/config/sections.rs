@@ -22,6 +22,7 @@ pub(super) struct Server {
 pub(super) struct Storage {
     pub database: DatabaseUrl,
     pub database_max_connections: u32,
+    pub database_writers: usize,
     pub sqlite_synchronous_full: bool,
     pub data_dir: PathBuf,
     pub secret: Option<Secret>,
@@ -121,6 +122,7 @@ impl Parser<'_> {
     pub(super) fn storage(&mut self) -> Option<Storage> {
         let database = self.parse("database_url", parse_database_url);
         let database_max_connections = self.parse("database_max_connections", whole_number(1u32, 256));
+        let database_writers = self.parse("database_writers", whole_number(1usize, 16));
         let sqlite_synchronous_full = self.parse("sqlite_synchronous", |v| match v {
             "full" => Ok(true),
             "normal" => Ok(false),
@@ -139,6 +141,7 @@ impl Parser<'_> {
         Some(Storage {
             database: database?,
             database_max_connections: database_max_connections?,
+            database_writers: database_writers?,
             sqlite_synchronous_full: sqlite_synchronous_full?,
             data_dir: data_dir?,
             secret,

@@ -153,6 +153,16 @@ impl Conn<'_> {
 /// below or the writer's transaction control. On PostgreSQL each is one round trip; on SQLite a
 /// call may hold several statements, run in place. `/metrics` shows it as
 /// `herald_store_calls_total`, and `herald-bench` divides it by what was dispatched.
+/// How many group-commit writers a daemon runs on PostgreSQL: those configured, leaving two of
+/// the pool's connections to readers and the listener (so one with a pool of three or fewer).
+/// Two by default: one batch commits while the next is written; more only split the queue into
+/// smaller batches. With several daemons on one database, each daemon's writers split the load
+/// further, so one each keeps the batches large (docs/PERFORMANCE.md, "Writers").
+fn postgres_writers(configured: usize, max_connections: u32) -> usize {
+    let spare = usize::try_from(max_connections.saturating_sub(2)).unwrap_or(usize::MAX);
+    configured.min(spare).max(1)
+}
+
 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 pub(crate) fn count_call() {
@@ -352,7 +362,7 @@ impl Store {
             DatabaseUrl::Postgres(url) => {
                 let options =
                     PgConnectOptions::from_str(url.expose()).map_err(|e| StoreError::Open(e.to_string()))?;
-                Self::open_postgres(options, config.database_max_connections).await
+                Self::open_postgres(options, config.database_max_connections, config.database_writers).await
             }
         }
     }
@@ -395,18 +405,18 @@ impl Store {
         })
     }
 
-    async fn open_postgres(options: PgConnectOptions, max_connections: u32) -> StoreResult<Store> {
+    async fn open_postgres(
+        options: PgConnectOptions,
+        max_connections: u32,
+        writers: usize,
+    ) -> StoreResult<Store> {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(2))
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
         POSTGRES_MIGRATIONS.run(&pool).await?;
-        // Writers take connections from the same pool; leave the rest for readers. Two writers:
-        // one batch commits while the next is written; more only split the queue into smaller
-        // batches (docs/PERFORMANCE.md, "Writers").
-        let writers = if max_connections >= 4 { 2 } else { 1 };
-        let writer = writer::spawn_postgres(pool.clone(), writers);
+        let writer = writer::spawn_postgres(pool.clone(), postgres_writers(writers, max_connections));
         Ok(Store {
             readers: Readers::Postgres(pool),
             writer,
@@ -487,4 +497,17 @@ enum InboxChange<'a> {
 /// Milliseconds since the Unix epoch: how the store keeps every time it compares or sorts.
 pub fn now_millis() -> i64 {
     herald_common::Timestamp::now().millis()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn postgres_writers_leave_two_connections_to_the_rest() {
+        let writers = |configured, max_connections| super::postgres_writers(configured, max_connections);
+        // The default, 2, as before the setting: two with a pool of four or more, else one.
+        assert_eq!([8, 4, 3, 2, 1].map(|pool| writers(2, pool)), [2, 2, 1, 1, 1]);
+        assert_eq!(writers(1, 8), 1);
+        assert_eq!(writers(4, 5), 3);
+        assert_eq!(writers(16, 256), 16);
+    }
 }
