@@ -7,13 +7,28 @@
 
 use herald_common::ids::ApplicationId;
 
-use super::{Conn, DispatchResult, Store, StoreError, StoreResult, execute, fetch};
+use super::{Store, StoreError, StoreResult, execute, fetch};
 
 /// A request's `Idempotency-Key` and the fingerprint of its body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdempotencyKey {
     pub key: String,
     pub request_hash: String,
+}
+
+/// What a request's idempotency key means for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DispatchResult {
+    Created,
+    /// The key was used before with the same request: answer with the stored response.
+    Replay {
+        status_code: u16,
+        body: String,
+    },
+    /// The key was used before with a different request.
+    KeyReused,
+    /// The first request with this key has not finished.
+    InFlight,
 }
 
 /// An in-flight key this old belongs to a request that will never finish (longer than the
@@ -109,57 +124,6 @@ fn usable(row: &IdempotencyRow, now: i64) -> bool {
     row.expires_at > now && (row.status_code.is_some() || now - row.created_at < ABANDONED_AFTER_MS)
 }
 
-/// Claims `key` inside the caller's transaction: with `response`, stores it at once; without,
-/// marks the key in flight. Returns `Created` when the key is now this request's, or what the
-/// earlier request's key means for this one.
-pub(super) async fn claim(
-    conn: &mut Conn<'_>,
-    application_id: &ApplicationId,
-    idempotency: &IdempotencyKey,
-    response: Option<(u16, &str)>,
-    now: i64,
-    ttl_ms: i64,
-) -> StoreResult<DispatchResult> {
-    let IdempotencyKey { key, request_hash } = idempotency;
-    let status = response.map(|(code, _)| i64::from(code));
-    let body = response.map(|(_, body)| body);
-    // One statement claims a new key or takes over one that expired or was abandoned in flight
-    // (`usable` is false for it); a key still held by an earlier request is left alone.
-    let claimed = execute!(
-        conn,
-        "INSERT INTO idempotency_keys
-             (application_id, idempotency_key, request_hash, status_code, response_body, created_at, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (application_id, idempotency_key) DO UPDATE SET
-             request_hash = excluded.request_hash, status_code = excluded.status_code,
-             response_body = excluded.response_body, created_at = excluded.created_at,
-             expires_at = excluded.expires_at
-         WHERE idempotency_keys.expires_at <= $6
-            OR (idempotency_keys.status_code IS NULL AND idempotency_keys.created_at <= $6 - $8)",
-        application_id,
-        key,
-        request_hash,
-        status,
-        body,
-        now,
-        now + ttl_ms,
-        ABANDONED_AFTER_MS
-    )?;
-    if claimed == 1 {
-        return Ok(DispatchResult::Created);
-    }
-    let existing = fetch!(
-        conn,
-        fetch_one,
-        IdempotencyRow,
-        "SELECT request_hash, status_code, response_body, created_at, expires_at FROM idempotency_keys
-         WHERE application_id = $1 AND idempotency_key = $2",
-        application_id,
-        key
-    )?;
-    Ok(decide(existing, request_hash))
-}
-
 /// One key to claim in [`claim_all`].
 pub(super) struct Claim<'a> {
     pub application_id: &'a ApplicationId,
@@ -170,7 +134,7 @@ pub(super) struct Claim<'a> {
     pub ttl_ms: i64,
 }
 
-/// [`claim`] for many keys on PostgreSQL, in one statement (and one more if a key was held
+/// Claims keys on PostgreSQL, in one statement (and one more if a key was held
 /// already): the answer for each, in order. No key may occur twice.
 pub(super) async fn claim_all(
     conn: &mut sqlx::PgConnection,
@@ -323,7 +287,7 @@ pub(super) fn claim_all_local(
 }
 
 /// The multi-row statements of [`claim_all_local`]: `(head, row, tail)`. A key is claimed if it
-/// is new, expired or abandoned in flight (as in [`claim`]); `RETURNING` names those claimed.
+/// is new, expired or abandoned in flight; `RETURNING` names those claimed.
 const CLAIM_ROWS: (&str, &str, &str) = (
     "INSERT INTO idempotency_keys
          (application_id, idempotency_key, request_hash, status_code, response_body, created_at, expires_at)",

@@ -20,6 +20,7 @@ mod credentials;
 mod domains;
 mod idempotency;
 mod inbox;
+mod kinds;
 mod listen;
 pub(crate) mod local;
 mod notifications;
@@ -42,11 +43,11 @@ use sqlx::{
 pub use activity::{ActivityFilter, ActivityRow, RetryResult};
 pub use credentials::{ApiKeyRecord, ApplicationRecord, TenantRecord};
 pub use domains::{DomainCheck, DomainRecord};
-pub use idempotency::IdempotencyKey;
+pub use idempotency::{DispatchResult, IdempotencyKey};
 pub use inbox::{InboxItemChange, InboxPage, InboxRecord};
 pub use notifications::{
-    AttemptRecord, AttemptResult, AttemptSpan, ClaimedDelivery, DispatchResult, IdempotentResponse,
-    NewNotification, NotificationRecord,
+    AttemptRecord, AttemptResult, AttemptSpan, ClaimedDelivery, IdempotentResponse, NewNotification,
+    NotificationRecord,
 };
 pub use otp::{Limit, NewOtp, OTP_MAX_TTL_SECONDS, OtpMessages, OtpSendStart, OtpSnapshot, OtpVerdict};
 pub use streams::OpenStream;
@@ -296,7 +297,7 @@ enum Readers {
 #[derive(Clone)]
 pub struct Store {
     readers: Readers,
-    writer: writer::WriterHandle,
+    writer: writer::WriterHandle<kinds::Lanes>,
     keys: Arc<credentials::KeyCache>,
     otp_messages: Arc<otp::MessageCache>,
     hub: Arc<Hub>,
@@ -395,7 +396,7 @@ impl Store {
             .min_connections(1)
             .connect_with(options.clone().read_only(true))
             .await?;
-        let writer = writer::spawn_sqlite(write_conn, local::open(path, synchronous_full)?)?;
+        let writer = writer::runtime::spawn_sqlite(write_conn, local::open(path, synchronous_full)?)?;
         Ok(Store {
             readers: Readers::Sqlite(pool),
             writer,
@@ -416,7 +417,8 @@ impl Store {
             .connect_with(options)
             .await?;
         POSTGRES_MIGRATIONS.run(&pool).await?;
-        let writer = writer::spawn_postgres(pool.clone(), postgres_writers(writers, max_connections));
+        let writer =
+            writer::runtime::spawn_postgres(pool.clone(), postgres_writers(writers, max_connections));
         Ok(Store {
             readers: Readers::Postgres(pool),
             writer,
@@ -467,7 +469,7 @@ impl Store {
         R: Send + 'static,
         F: for<'c, 'd> FnOnce(&'c mut Conn<'d>) -> BoxFuture<'c, StoreResult<R>> + Send + 'static,
     {
-        self.writer.submit(op).await
+        self.writer.write(op).await
     }
 
     /// Whether the database answers (for `/readyz`).
@@ -475,6 +477,18 @@ impl Store {
         let mut conn = self.read().await?;
         scalar!(&mut conn.conn(), fetch_one, i32, "SELECT 1")?;
         Ok(())
+    }
+
+    /// Whether a write commits (for `/readyz`): an empty write through the writer's queue, in a
+    /// transaction of its own or of a batch (on SQLite it takes the write lock).
+    pub async fn ping_writer(&self) -> StoreResult<()> {
+        self.write(|_| Box::pin(async { Ok(()) })).await
+    }
+
+    /// Resolves, with the reason, once the writers can take no more writes (for the daemon's
+    /// supervisor: see `store/writer/runtime.rs`).
+    pub async fn writer_failed(&self) -> String {
+        self.writer.failed().await
     }
 
     /// Stops the writers after the writes already submitted.

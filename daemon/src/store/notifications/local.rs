@@ -152,10 +152,7 @@ const ATTEMPT_ROWS: (&str, &str, &str) = (
 /// statements (up to 64 rows each): the held leases that end are deleted and those retried go
 /// back to the queue (each matched by notification and lease token, `RETURNING` which were
 /// held), every attempt is logged, and the notifications of held leases take their new status.
-pub(in crate::store) fn record_all_local(
-    conn: &rusqlite::Connection,
-    attempts: &[&Attempt],
-) -> StoreResult<Vec<bool>> {
+pub(super) fn record_all_local(conn: &rusqlite::Connection, attempts: &[&Attempt]) -> StoreResult<Vec<bool>> {
     use std::collections::HashSet;
 
     let now = crate::store::now_millis();
@@ -250,7 +247,7 @@ const SET_STATUSES: (&str, &str, &str) = (
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{super::writes::dispatch_all, *};
     use crate::store::local::testing::sqlite;
 
     /// Notification `n`: in-app to user `n % 3`, or an email.

@@ -12,14 +12,13 @@ use herald_common::{
 };
 
 use super::{
-    Conn, Engine, InboxChange, Store, StoreError, StoreResult, execute, fetch, idempotency, scalar,
-    writer::Work,
+    Conn, DispatchResult, Engine, InboxChange, Store, StoreError, StoreResult, execute, fetch, idempotency,
+    scalar,
 };
 
 mod local;
 mod writes;
-pub(super) use local::record_all_local;
-pub(super) use writes::{Attempt, Dispatch, dispatch_all, dispatch_one, record_all, record_one};
+pub(super) use writes::{Attempt, Dispatch};
 
 /// A notification to insert.
 #[derive(Clone, Debug)]
@@ -49,20 +48,6 @@ pub struct IdempotentResponse {
     pub status_code: u16,
     pub body: String,
     pub ttl_ms: i64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DispatchResult {
-    Created,
-    /// The key was used before with the same request: answer with the stored response.
-    Replay {
-        status_code: u16,
-        body: String,
-    },
-    /// The key was used before with a different request.
-    KeyReused,
-    /// The first request with this key has not finished.
-    InFlight,
 }
 
 /// A claimed delivery, with what the provider needs.
@@ -228,8 +213,7 @@ impl Store {
             )),
             _ => None,
         };
-        let work = Work::Dispatch(Box::new(Dispatch { notification, idempotency }));
-        let result: DispatchResult = self.writer.submit_work(work).await?;
+        let result = self.writer.submit(Dispatch { notification, idempotency }).await?;
         if let (DispatchResult::Created, Some((app, user))) = (&result, &inbox) {
             self.announce(InboxChange::Created { app, user });
         }
@@ -282,7 +266,7 @@ impl Store {
         result: AttemptResult,
     ) -> StoreResult<bool> {
         let attempt = Attempt { id: notification_id.clone(), lease_token, span, result };
-        self.writer.submit_work(Work::Attempt(Box::new(attempt))).await
+        self.writer.submit(attempt).await
     }
 
     /// Puts deliveries whose lease ran out (their worker died) back in the queue.
@@ -354,79 +338,4 @@ impl Store {
         )?;
         Ok(Some((record, attempts)))
     }
-}
-
-/// Parameters $1..$16 are the notification; in-app adds $17 (the inbox item id) and $18 (its
-/// title).
-/// A notification and its delivery job, in one round trip (SQLite runs the statements in turn,
-/// binding `$n` by number in each; PostgreSQL runs one statement with a data-modifying CTE).
-const QUEUE_SQLITE: &str = "INSERT INTO notifications
-         (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
-          html_body, data, template_id, status, attempt_count, created_at, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16);
-     INSERT INTO deliveries (notification_id, state, next_attempt_at) VALUES ($1, 'pending', $16)";
-
-const QUEUE_POSTGRES: &str = "WITH n AS (INSERT INTO notifications
-         (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
-          html_body, data, template_id, status, attempt_count, created_at, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16) RETURNING id)
-     INSERT INTO deliveries (notification_id, state, next_attempt_at) SELECT id, 'pending', $16 FROM n";
-
-/// An in-app notification, its inbox item numbered from the user's sequence, and its one
-/// `delivered` attempt, in one round trip; on PostgreSQL the same statement also sends the
-/// `herald_inbox` NOTIFY (see [`super::inbox::notify_payload`]).
-const INBOX_SQLITE: &str = "INSERT INTO notifications
-         (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
-          html_body, data, template_id, status, attempt_count, created_at, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16);
-     INSERT INTO inbox_sequences (application_id, user_id, last_seq) VALUES ($3, $5, 1)
-         ON CONFLICT (application_id, user_id) DO UPDATE SET last_seq = inbox_sequences.last_seq + 1;
-     INSERT INTO inbox_items (id, application_id, user_id, seq, notification_id, title, body, data, created_at, updated_at)
-         SELECT $17, $3, $5, last_seq, $1, $18, $10, $12, $16, $16 FROM inbox_sequences
-         WHERE application_id = $3 AND user_id = $5;
-     INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)
-         VALUES ($1, 1, $16, $16, 'delivered', $17)";
-
-const INBOX_POSTGRES: &str = "WITH n AS (INSERT INTO notifications
-         (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
-          html_body, data, template_id, status, attempt_count, created_at, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16) RETURNING id),
-     s AS (INSERT INTO inbox_sequences (application_id, user_id, last_seq) VALUES ($3, $5, 1)
-         ON CONFLICT (application_id, user_id) DO UPDATE SET last_seq = inbox_sequences.last_seq + 1
-         RETURNING last_seq),
-     i AS (INSERT INTO inbox_items (id, application_id, user_id, seq, notification_id, title, body, data, created_at, updated_at)
-         SELECT $17, $3, $5, s.last_seq, n.id, $18, $10, $12, $16, $16 FROM s, n RETURNING id),
-     d AS (INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)
-         SELECT n.id, 1, $16, $16, 'delivered', i.id FROM n, i RETURNING 1)
-     SELECT pg_notify('herald_inbox', $19) FROM d";
-
-async fn insert_notification(conn: &mut Conn<'_>, n: &NewNotification) -> StoreResult<()> {
-    let in_app = n.channel == Channel::InApp;
-    let status = if in_app { DeliveryStatus::Delivered } else { DeliveryStatus::Queued };
-    let attempt_count: i64 = if in_app { 1 } else { 0 };
-    let sql = match (conn.engine(), in_app) {
-        (Engine::Sqlite, true) => INBOX_SQLITE,
-        (Engine::Postgres, true) => INBOX_POSTGRES,
-        (Engine::Sqlite, false) => QUEUE_SQLITE,
-        (Engine::Postgres, false) => QUEUE_POSTGRES,
-    };
-    let inbox_id = InAppId::new();
-    let title = n.title.as_deref().or(n.subject.as_deref()).unwrap_or_default();
-    macro_rules! insert {
-        ($($extra:expr),*) => {
-            execute!(
-                conn, sql, &n.id, &n.tenant_id, &n.application_id, n.channel, &n.recipient,
-                &n.recipient_masked, &n.sender, &n.subject, &n.title, &n.body, &n.html_body, &n.data,
-                &n.template_id, status, attempt_count, n.created_at $(, $extra)*
-            )
-        };
-    }
-    if in_app && conn.engine() == Engine::Postgres {
-        insert!(&inbox_id, title, super::inbox::notify_payload(&n.application_id, &n.recipient, None))?;
-    } else if in_app {
-        insert!(&inbox_id, title)?;
-    } else {
-        insert!()?;
-    }
-    Ok(())
 }

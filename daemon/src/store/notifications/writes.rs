@@ -1,8 +1,9 @@
-//! The writer's typed work for notifications (see `store/writer.rs`): dispatches and delivery
-//! attempt outcomes, one at a time and a group's worth in set-based statements (PostgreSQL's
-//! here; SQLite's multi-row ones in `local.rs`).
+//! The writer's kinds of work for notifications (see `store/writer`): dispatches and delivery
+//! attempt outcomes, a group's worth in set-based statements (PostgreSQL's here; SQLite's
+//! multi-row ones in `local.rs`). One written alone is a group of one.
 
 use super::*;
+use crate::store::writer::{WriteKind, not_set_based};
 
 /// A dispatch for the writer: the notification and its idempotency record.
 pub(crate) struct Dispatch {
@@ -10,36 +11,25 @@ pub(crate) struct Dispatch {
     pub(super) idempotency: Option<IdempotentResponse>,
 }
 
-impl Dispatch {
+impl WriteKind for Dispatch {
+    type Answer = DispatchResult;
     /// Its idempotency key: two dispatches with one key are never written in one group.
-    pub(in crate::store) fn conflict_key(&self) -> Option<String> {
-        let key = &self.idempotency.as_ref()?.key.key;
-        Some(format!("{}\n{key}", self.notification.application_id))
-    }
-}
+    type Key = (ApplicationId, String);
 
-/// Writes one dispatch: claims its idempotency key, then inserts the notification.
-pub(in crate::store) async fn dispatch_one(
-    conn: &mut Conn<'_>,
-    dispatch: &Dispatch,
-) -> StoreResult<DispatchResult> {
-    let Dispatch { notification, idempotency } = dispatch;
-    if let Some(idem) = idempotency {
-        let result = idempotency::claim(
-            conn,
-            &notification.application_id,
-            &idem.key,
-            Some((idem.status_code, idem.body.as_str())),
-            notification.created_at,
-            idem.ttl_ms,
-        )
-        .await?;
-        if result != DispatchResult::Created {
-            return Ok(result);
-        }
+    fn conflict_keys(&self) -> Vec<Self::Key> {
+        let app = &self.notification.application_id;
+        self.idempotency.iter().map(|idem| (app.clone(), idem.key.key.clone())).collect()
     }
-    insert_notification(conn, notification).await?;
-    Ok(DispatchResult::Created)
+
+    async fn write_all(conn: &mut Conn<'_>, group: &[&Self]) -> StoreResult<Vec<DispatchResult>> {
+        dispatch_all(conn, group).await
+    }
+
+    /// On PostgreSQL, dispatches without idempotency keys are one statement
+    /// ([`insert_notifications`]).
+    fn is_one_statement(group: &[&Self], engine: Engine) -> bool {
+        engine == Engine::Postgres && group.iter().all(|d| d.idempotency.is_none())
+    }
 }
 
 /// The idempotency keys of `dispatches[keyed]` to claim, each with its response.
@@ -65,7 +55,7 @@ fn claims_of<'a>(dispatches: &[&'a Dispatch], keyed: &[usize]) -> Vec<idempotenc
 /// or inbox items: on PostgreSQL in one statement that also sends the inbox NOTIFY
 /// ([`insert_notifications`]), on SQLite in one multi-row statement per table
 /// (`insert_notifications_local`).
-pub(in crate::store) async fn dispatch_all(
+pub(super) async fn dispatch_all(
     conn: &mut Conn<'_>,
     dispatches: &[&Dispatch],
 ) -> StoreResult<Vec<DispatchResult>> {
@@ -76,7 +66,7 @@ pub(in crate::store) async fn dispatch_all(
         let claimed = match conn {
             Conn::Postgres(pg) => idempotency::claim_all(pg, &claims).await?,
             Conn::Local(local) => idempotency::claim_all_local(local, &claims)?,
-            Conn::Sqlite(_) => return Err(crate::store::writer::not_set_based()),
+            Conn::Sqlite(_) => return Err(not_set_based()),
         };
         for (i, result) in keyed.iter().zip(claimed) {
             results[*i] = result;
@@ -92,7 +82,7 @@ pub(in crate::store) async fn dispatch_all(
         _ if created.is_empty() => {}
         Conn::Postgres(pg) => insert_notifications(pg, &created).await?,
         Conn::Local(local) => super::local::insert_notifications_local(local, &created)?,
-        Conn::Sqlite(_) => return Err(crate::store::writer::not_set_based()),
+        Conn::Sqlite(_) => return Err(not_set_based()),
     }
     Ok(results)
 }
@@ -208,12 +198,31 @@ pub(crate) struct Attempt {
     pub(super) result: AttemptResult,
 }
 
-impl Attempt {
+impl WriteKind for Attempt {
+    /// Whether the lease was still held.
+    type Answer = bool;
     /// Its notification: two outcomes for one notification are never written in one group.
-    pub(in crate::store) fn conflict_key(&self) -> String {
-        self.id.to_string()
+    type Key = NotificationId;
+
+    fn conflict_keys(&self) -> Vec<NotificationId> {
+        vec![self.id.clone()]
     }
 
+    async fn write_all(conn: &mut Conn<'_>, group: &[&Self]) -> StoreResult<Vec<bool>> {
+        match conn {
+            Conn::Postgres(pg) => record_all(pg, group).await,
+            Conn::Local(local) => super::local::record_all_local(local, group),
+            Conn::Sqlite(_) => Err(not_set_based()),
+        }
+    }
+
+    /// On PostgreSQL every group of outcomes is one statement ([`RECORD_ATTEMPTS`]).
+    fn is_one_statement(_: &[&Self], engine: Engine) -> bool {
+        engine == Engine::Postgres
+    }
+}
+
+impl Attempt {
     /// How the attempt is logged: its outcome, provider message id and error.
     pub(super) fn logged(&self) -> (AttemptOutcome, Option<&str>, Option<&str>) {
         match &self.result {
@@ -237,76 +246,9 @@ impl Attempt {
     }
 }
 
-/// Records one attempt's outcome: `false` (and only the attempt logged) if the lease was lost.
-pub(in crate::store) async fn record_one(conn: &mut Conn<'_>, attempt: &Attempt) -> StoreResult<bool> {
-    let Attempt { id, lease_token, span, result } = attempt;
-    let now = crate::store::now_millis();
-    let held = match result {
-        AttemptResult::Retry { next_attempt_at, .. } => execute!(
-            conn,
-            "UPDATE deliveries SET state = 'pending', next_attempt_at = $3, locked_until = NULL
-             WHERE notification_id = $1 AND lease_token = $2 AND state = 'leased'",
-            id,
-            *lease_token,
-            *next_attempt_at
-        )?,
-        _ => execute!(
-            conn,
-            "DELETE FROM deliveries WHERE notification_id = $1 AND lease_token = $2 AND state = 'leased'",
-            id,
-            *lease_token
-        )?,
-    } == 1;
-    let (outcome, provider_message_id, error) = attempt.logged();
-    execute!(
-        conn,
-        "INSERT INTO delivery_attempts
-             (notification_id, attempt, started_at, finished_at, outcome, provider_message_id, error)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (notification_id, attempt) DO NOTHING",
-        id,
-        *lease_token,
-        span.started_at,
-        span.finished_at,
-        outcome,
-        provider_message_id,
-        error
-    )?;
-    if !held {
-        return Ok(false);
-    }
-    match result {
-        AttemptResult::Sent { .. } => execute!(
-            conn,
-            "UPDATE notifications SET status = 'sent', failure_reason = NULL, retryable = FALSE,
-                 updated_at = $2 WHERE id = $1",
-            id,
-            now
-        )?,
-        AttemptResult::Retry { .. } => execute!(
-            conn,
-            "UPDATE notifications SET status = 'queued', updated_at = $2 WHERE id = $1",
-            id,
-            now
-        )?,
-        AttemptResult::Failed { error, retryable, .. } => execute!(
-            conn,
-            "UPDATE notifications SET status = 'failed', failure_reason = $2, retryable = $3,
-                 updated_at = $4 WHERE id = $1",
-            id,
-            error,
-            *retryable,
-            now
-        )?,
-    };
-    Ok(true)
-}
-
 /// Records many attempts' outcomes (no notification twice) on PostgreSQL, in one statement.
 /// (SQLite's counterpart is `record_all_local`.)
-pub(in crate::store) async fn record_all(
-    pg: &mut sqlx::PgConnection,
-    attempts: &[&Attempt],
-) -> StoreResult<Vec<bool>> {
+async fn record_all(pg: &mut sqlx::PgConnection, attempts: &[&Attempt]) -> StoreResult<Vec<bool>> {
     let logged: Vec<_> = attempts.iter().map(|a| a.logged()).collect();
     let statuses: Vec<_> = attempts.iter().map(|a| a.status()).collect();
     crate::store::count_call();

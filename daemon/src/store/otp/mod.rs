@@ -8,10 +8,10 @@ use herald_common::{
     ids::{ApplicationId, OtpId, TenantId},
 };
 
-use super::{Conn, DispatchResult, Engine, IdempotencyKey, Store, StoreResult, execute, fetch, writer::Work};
+use super::{Conn, DispatchResult, IdempotencyKey, Store, StoreResult, execute, fetch};
 
 mod writes;
-pub(super) use writes::{OtpSend, OtpVerify, send_all, send_one, verify_all, verify_one};
+pub(super) use writes::{OtpSend, OtpVerify};
 
 #[derive(Clone, Debug)]
 pub struct NewOtp {
@@ -140,26 +140,6 @@ pub(super) struct MessageCache(
     std::sync::RwLock<std::collections::HashMap<String, (OtpMessages, std::time::Instant)>>,
 );
 
-/// Locks the recipient's row for the rest of the transaction (PostgreSQL; SQLite's single
-/// writer already runs one transaction at a time).
-async fn lock_recipient(
-    conn: &mut Conn<'_>,
-    application_id: &ApplicationId,
-    recipient_key: &str,
-) -> StoreResult<()> {
-    if conn.engine() == Engine::Sqlite {
-        return Ok(());
-    }
-    execute!(
-        conn,
-        "INSERT INTO otp_recipients (application_id, recipient_key) VALUES ($1, $2)
-         ON CONFLICT (application_id, recipient_key) DO UPDATE SET recipient_key = excluded.recipient_key",
-        application_id,
-        recipient_key
-    )?;
-    Ok(())
-}
-
 /// How long until the window has room again, or `None` if it has room now.
 async fn over_limit(
     conn: &mut Conn<'_>,
@@ -180,9 +160,6 @@ async fn over_limit(
 
 const SENDS_SINCE: &str = "SELECT COUNT(*), MIN(created_at) FROM otp_transactions
      WHERE application_id = $1 AND recipient_key = $2 AND created_at > $3";
-const FAILURES_SINCE: &str = "SELECT COUNT(*), MIN(at) FROM otp_failures
-     WHERE application_id = $1 AND recipient_key = $2 AND at > $3";
-
 impl Store {
     /// Checks the send limit, claims the idempotency key (in flight) and records the transaction
     /// as `sent`, in one transaction, before the provider is called: a code can be verified from
@@ -194,8 +171,7 @@ impl Store {
         idempotency: Option<(IdempotencyKey, i64)>,
         limit: Limit,
     ) -> StoreResult<OtpSendStart> {
-        let work = Work::OtpSend(Box::new(OtpSend { otp, idempotency, limit }));
-        self.writer.submit_work(work).await
+        self.writer.submit(OtpSend { otp, idempotency, limit }).await
     }
 
     /// Records that the provider refused the code: the transaction is `failed`, with the reason.
@@ -238,7 +214,7 @@ impl Store {
             failure_window_ms,
             decide: Box::new(decide),
         };
-        self.writer.submit_work(Work::OtpVerify(Box::new(verify))).await
+        self.writer.submit(verify).await
     }
 
     pub async fn otp_messages(&self, application_id: &ApplicationId) -> StoreResult<OtpMessages> {
@@ -305,15 +281,4 @@ impl Store {
         })
         .await
     }
-}
-
-async fn set_status(conn: &mut Conn<'_>, id: &OtpId, status: OtpStatus, now: i64) -> StoreResult<()> {
-    execute!(
-        conn,
-        "UPDATE otp_transactions SET status = $2, updated_at = $3 WHERE id = $1",
-        id,
-        status,
-        now
-    )?;
-    Ok(())
 }

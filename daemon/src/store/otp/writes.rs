@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::store::local::{FromLocalRow, ignore, rows_of};
+use crate::store::writer::WriteKind;
 
 /// An OTP send for the writer: the transaction to record, its idempotency key and the
 /// recipient's send limit.
@@ -13,73 +14,36 @@ pub(crate) struct OtpSend {
     pub(super) limit: Limit,
 }
 
-impl OtpSend {
+/// What two sends of one group must not share.
+#[derive(PartialEq, Eq, Hash)]
+pub(crate) enum OtpSendKey {
+    Recipient(ApplicationId, String),
+    IdempotencyKey(ApplicationId, String),
+}
+
+impl WriteKind for OtpSend {
+    type Answer = OtpSendStart;
     /// Its recipient and its idempotency key: two sends to one recipient, or with one key, are
     /// never written in one group.
-    pub(in crate::store) fn conflict_keys(&self) -> Vec<String> {
+    type Key = OtpSendKey;
+
+    fn conflict_keys(&self) -> Vec<OtpSendKey> {
         let app = &self.otp.application_id;
-        let mut keys = vec![format!("recipient\n{app}\n{}", self.otp.recipient_key)];
-        keys.extend(self.idempotency.as_ref().map(|(key, _)| format!("key\n{app}\n{}", key.key)));
+        let mut keys = vec![OtpSendKey::Recipient(app.clone(), self.otp.recipient_key.clone())];
+        keys.extend(
+            self.idempotency
+                .as_ref()
+                .map(|(key, _)| OtpSendKey::IdempotencyKey(app.clone(), key.key.clone())),
+        );
         keys
     }
+
+    async fn write_all(conn: &mut Conn<'_>, group: &[&Self]) -> StoreResult<Vec<OtpSendStart>> {
+        send_all(conn, group).await
+    }
 }
 
-/// Records one send: checks the recipient's limit, claims the idempotency key in flight, and
-/// inserts the transaction as `sent`.
-pub(in crate::store) async fn send_one(conn: &mut Conn<'_>, send: &OtpSend) -> StoreResult<OtpSendStart> {
-    let OtpSend { otp, idempotency, limit } = send;
-    let limit = *limit;
-    let now = otp.created_at;
-    lock_recipient(conn, &otp.application_id, &otp.recipient_key).await?;
-    // The common case in one statement: insert unless the window is full.
-    if idempotency.is_none() && insert_if_room(conn, otp, now - limit.window_ms, limit.max).await? {
-        return Ok(OtpSendStart::Started);
-    }
-    if let Some(retry_after_ms) =
-        over_limit(conn, SENDS_SINCE, &otp.application_id, &otp.recipient_key, limit, now).await?
-    {
-        return Ok(OtpSendStart::RateLimited { retry_after_ms });
-    }
-    if let Some((key, ttl_ms)) = &idempotency {
-        let claimed =
-            crate::store::idempotency::claim(conn, &otp.application_id, key, None, now, *ttl_ms).await?;
-        if claimed != DispatchResult::Created {
-            return Ok(OtpSendStart::Idempotent(claimed));
-        }
-    }
-    // The limit was checked above.
-    insert_if_room(conn, otp, now, i64::MAX).await?;
-    Ok(OtpSendStart::Started)
-}
-
-/// Inserts the transaction as `sent` if its recipient has fewer than `max` since `since`;
-/// whether it did.
-async fn insert_if_room(conn: &mut Conn<'_>, otp: &NewOtp, since: i64, max: i64) -> StoreResult<bool> {
-    let inserted = execute!(
-        conn,
-        "INSERT INTO otp_transactions
-             (id, tenant_id, application_id, channel, recipient_key, recipient_masked, salt, code_hash,
-              status, expires_at, created_at, updated_at)
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'sent', $9, $10, $10
-         WHERE (SELECT COUNT(*) FROM otp_transactions
-                WHERE application_id = $3 AND recipient_key = $5 AND created_at > $11) < $12",
-        &otp.id,
-        &otp.tenant_id,
-        &otp.application_id,
-        &otp.channel,
-        &otp.recipient_key,
-        &otp.recipient_masked,
-        &otp.salt,
-        &otp.code_hash,
-        otp.expires_at,
-        otp.created_at,
-        since,
-        max
-    )?;
-    Ok(inserted == 1)
-}
-
-/// [`lock_recipient`] for many recipients of a group, in one statement, in one order for every
+/// Locks the recipients of a group (their `otp_recipients` rows), in one statement, in one order for every
 /// writer (so two groups never wait on each other in a cycle).
 async fn lock_recipients(pg: &mut sqlx::PgConnection, mut recipients: Vec<(&str, &str)>) -> StoreResult<()> {
     recipients.sort_unstable();
@@ -100,13 +64,10 @@ async fn lock_recipients(pg: &mut sqlx::PgConnection, mut recipients: Vec<(&str,
 /// Records many sends (no recipient or idempotency key twice), in set-based statements: on
 /// PostgreSQL, one statement locks every recipient (in one order for every writer; SQLite's one
 /// writer needs no lock). With idempotency keys, one finds which of the keyed sends' recipients
-/// have room and one claims those keys (a refused send claims nothing, as in [`send_one`]). One
+/// have room and one claims those keys (a refused send claims nothing, as it would alone). One
 /// inserts every transaction whose recipient's window has room. A refused send is then answered
 /// with its wait (one statement each: refusals are the rare case).
-pub(in crate::store) async fn send_all(
-    conn: &mut Conn<'_>,
-    sends: &[&OtpSend],
-) -> StoreResult<Vec<OtpSendStart>> {
+async fn send_all(conn: &mut Conn<'_>, sends: &[&OtpSend]) -> StoreResult<Vec<OtpSendStart>> {
     if let Conn::Postgres(pg) = conn {
         let recipients: Vec<(&str, &str)> =
             sends.iter().map(|s| (s.otp.application_id.as_str(), s.otp.recipient_key.as_str())).collect();
@@ -320,92 +281,19 @@ pub(crate) struct OtpVerify {
     pub(super) decide: Box<dyn Fn(&OtpSnapshot) -> OtpVerdict + Send + Sync>,
 }
 
-impl OtpVerify {
+impl WriteKind for OtpVerify {
+    /// The verdict, or `None` if there is no such transaction.
+    type Answer = Option<OtpVerdict>;
     /// Its transaction: two verifications of one transaction are never written in one group.
-    pub(in crate::store) fn conflict_key(&self) -> String {
-        self.id.to_string()
-    }
-}
+    type Key = OtpId;
 
-/// Verifies one code: locks the transaction's row and its recipient, judges, writes the verdict.
-pub(in crate::store) async fn verify_one(
-    conn: &mut Conn<'_>,
-    verify: &OtpVerify,
-) -> StoreResult<Option<OtpVerdict>> {
-    let OtpVerify { id, app, now, failure_window_ms, .. } = verify;
-    let (now, failure_window_ms) = (*now, *failure_window_ms);
-    // `sending`: how earlier versions recorded a send until the provider answered;
-    // such a code was never known to be delivered.
-    let sql = match conn.engine() {
-        Engine::Sqlite => {
-            "SELECT o.recipient_key, o.salt, o.code_hash,
-                    CASE o.status WHEN 'sending' THEN 'failed' ELSE o.status END AS status,
-                    o.failed_attempts, o.expires_at,
-                    COUNT(f.at) AS recent_failures, MIN(f.at) AS oldest_failure
-             FROM otp_transactions o
-             LEFT JOIN otp_failures f ON f.application_id = o.application_id
-                 AND f.recipient_key = o.recipient_key AND f.at > $3
-             WHERE o.id = $1 AND o.application_id = $2
-             GROUP BY o.id, o.recipient_key, o.salt, o.code_hash, o.status, o.failed_attempts, o.expires_at"
-        }
-        Engine::Postgres => {
-            "SELECT recipient_key, salt, code_hash,
-                    CASE status WHEN 'sending' THEN 'failed' ELSE status END AS status,
-                    failed_attempts, expires_at,
-                    CAST(0 AS BIGINT) AS recent_failures, CAST(NULL AS BIGINT) AS oldest_failure
-             FROM otp_transactions WHERE id = $1 AND application_id = $2 AND $3 = $3 FOR UPDATE"
-        }
-    };
-    let since = now - failure_window_ms;
-    let Some(mut snapshot) = fetch!(conn, fetch_optional, OtpSnapshot, sql, &id, &app, since)? else {
-        return Ok(None);
-    };
-    if conn.engine() == Engine::Postgres {
-        // Serialise this recipient's verifications across daemons, then count.
-        lock_recipient(conn, app, &snapshot.recipient_key).await?;
-        let (count, oldest): (i64, Option<i64>) = fetch!(
-            conn,
-            fetch_one,
-            (i64, Option<i64>),
-            FAILURES_SINCE,
-            &app,
-            &snapshot.recipient_key,
-            since
-        )?;
-        (snapshot.recent_failures, snapshot.oldest_failure) = (count, oldest);
+    fn conflict_keys(&self) -> Vec<OtpId> {
+        vec![self.id.clone()]
     }
-    let verdict = (verify.decide)(&snapshot);
-    match &verdict {
-        OtpVerdict::Expired { record: true } => set_status(conn, id, OtpStatus::Expired, now).await?,
-        OtpVerdict::Verified => {
-            execute!(
-                conn,
-                "UPDATE otp_transactions SET status = 'verified', verified_at = $2, updated_at = $2 WHERE id = $1",
-                &id,
-                now
-            )?;
-        }
-        OtpVerdict::Wrong { failed_attempts, tombstoned } => {
-            let status = if *tombstoned { OtpStatus::Tombstoned } else { OtpStatus::Sent };
-            execute!(
-                conn,
-                "UPDATE otp_transactions SET failed_attempts = $2, status = $3, updated_at = $4 WHERE id = $1",
-                &id,
-                *failed_attempts,
-                status,
-                now
-            )?;
-            execute!(
-                conn,
-                "INSERT INTO otp_failures (application_id, recipient_key, at) VALUES ($1, $2, $3)",
-                &app,
-                &snapshot.recipient_key,
-                now
-            )?;
-        }
-        _ => {}
+
+    async fn write_all(conn: &mut Conn<'_>, group: &[&Self]) -> StoreResult<Vec<Option<OtpVerdict>>> {
+        verify_all(conn, group).await
     }
-    Ok(Some(verdict))
 }
 
 /// Verifies many codes (no transaction twice), in set-based statements: the transactions and
@@ -413,10 +301,7 @@ pub(in crate::store) async fn verify_one(
 /// every writer: [`lock_and_read`]; on SQLite in one statement: [`READ_ROWS`]); the rules judge
 /// each in turn ([`judge`]: a wrong code counts against the next verification of the same
 /// recipient in the group, as it would one after the other); every verdict is written at once.
-pub(in crate::store) async fn verify_all(
-    conn: &mut Conn<'_>,
-    verifies: &[&OtpVerify],
-) -> StoreResult<Vec<Option<OtpVerdict>>> {
+async fn verify_all(conn: &mut Conn<'_>, verifies: &[&OtpVerify]) -> StoreResult<Vec<Option<OtpVerdict>>> {
     let mut snapshots = match conn {
         Conn::Postgres(pg) => lock_and_read(pg, verifies).await?,
         Conn::Local(local) => read_local(local, verifies)?,
