@@ -132,6 +132,11 @@ fn start_tasks(state: &AppState, background: CancellationToken) -> Supervisor {
     task!("activity-counters", |state: AppState, token| async move {
         state.store.maintain_activity_counts(token).await
     });
+    let store = state.store.clone();
+    supervisor.watch("store-writer", move || {
+        let store = store.clone();
+        Box::pin(async move { store.writer_failed().await })
+    });
     supervisor
 }
 

@@ -4,6 +4,10 @@
 //! to 30 s). One that keeps dying ([`CRASH_LOOP`] exits within [`CRASH_WINDOW`]) is given up on:
 //! the daemon stops and exits non-zero, for its service manager to restart it whole, rather than
 //! run without, say, its delivery workers. `/readyz` reports each task's state.
+//!
+//! Parts that restart themselves in place (the store's writers: see
+//! `store/writer/runtime.rs`) are watched instead ([`Supervisor::watch`]): when one reports
+//! that it cannot go on, the daemon stops the same way at once.
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
@@ -85,6 +89,8 @@ impl Tasks {
 struct Spec {
     name: &'static str,
     factory: TaskFactory,
+    /// Watched, not restarted: its end is a failure the daemon cannot run on.
+    watched: bool,
     /// When it exited lately, for the crash-loop rule.
     exits: VecDeque<Instant>,
 }
@@ -115,8 +121,26 @@ impl Supervisor {
     where
         F: Fn(CancellationToken) -> BoxFuture<'static, ()> + Send + Sync + 'static,
     {
-        let spec = Spec { name, factory: Arc::new(task), exits: VecDeque::new() };
+        let spec = Spec { name, factory: Arc::new(task), watched: false, exits: VecDeque::new() };
         self.start(spec, Duration::ZERO);
+    }
+
+    /// Watches `name`, a part that supervises itself: `failed` resolves, with the reason, when
+    /// it cannot go on; the daemon then stops and exits non-zero.
+    pub fn watch<F>(&mut self, name: &'static str, failed: F)
+    where
+        F: Fn() -> BoxFuture<'static, String> + Send + Sync + 'static,
+    {
+        let factory: TaskFactory = Arc::new(move |token: CancellationToken| {
+            let failed = failed();
+            Box::pin(async move {
+                tokio::select! {
+                    reason = failed => tracing::error!(task = name, %reason, "a part the daemon cannot run without has failed"),
+                    _ = token.cancelled() => {}
+                }
+            })
+        });
+        self.start(Spec { name, factory, watched: true, exits: VecDeque::new() }, Duration::ZERO);
     }
 
     fn start(&mut self, spec: Spec, delay: Duration) {
@@ -147,7 +171,7 @@ impl Supervisor {
                 Ok((id, ())) => (id, "returned".to_owned()),
                 Err(e) if e.is_panic() => {
                     let id = e.id();
-                    (id, format!("panicked: {}", panic_message(e.into_panic())))
+                    (id, format!("panicked: {}", panic_message(&*e.into_panic())))
                 }
                 Err(e) => (e.id(), "was aborted".to_owned()),
             };
@@ -155,20 +179,28 @@ impl Supervisor {
             if self.shutdown.is_cancelled() {
                 continue;
             }
-            let kind = reason.split(':').next().unwrap_or_default().replace("was ", "");
+            let kind = match reason.split(':').next().unwrap_or_default() {
+                // A watched part's future ends only when the part has failed.
+                "returned" if spec.watched => "failed".to_owned(),
+                kind => kind.replace("was ", ""),
+            };
             metrics::counter!("herald_task_exits_total", "task" => spec.name, "reason" => kind).increment(1);
             let now = Instant::now();
             spec.exits.push_back(now);
             while spec.exits.front().is_some_and(|at| now.duration_since(*at) > CRASH_WINDOW) {
                 spec.exits.pop_front();
             }
-            if spec.exits.len() >= CRASH_LOOP {
-                tracing::error!(
-                    task = spec.name,
-                    %reason,
-                    "a background task keeps dying ({CRASH_LOOP} times within {}s); stopping the daemon",
-                    CRASH_WINDOW.as_secs()
-                );
+            if spec.watched || spec.exits.len() >= CRASH_LOOP {
+                if spec.watched {
+                    tracing::error!(task = spec.name, "stopping the daemon: it cannot run without this part");
+                } else {
+                    tracing::error!(
+                        task = spec.name,
+                        %reason,
+                        "a background task keeps dying ({CRASH_LOOP} times within {}s); stopping the daemon",
+                        CRASH_WINDOW.as_secs()
+                    );
+                }
                 self.tasks.set(spec.name, TaskState::Failed, None);
                 given_up = Some(spec.name);
                 self.failed.cancel();
@@ -185,14 +217,13 @@ impl Supervisor {
     }
 }
 
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(message) => *message,
-        Err(payload) => match payload.downcast::<&'static str>() {
-            Ok(message) => (*message).to_owned(),
-            Err(_) => "(no message)".to_owned(),
-        },
-    }
+/// What a panic said, for the log.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&'static str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "(no message)".to_owned())
 }
 
 #[cfg(test)]
@@ -242,6 +273,44 @@ mod tests {
         assert_eq!(supervisor.run().await, Some("doomed"));
         assert!(failed.is_cancelled() && shutdown.is_cancelled(), "the daemon stops");
         assert_eq!(tasks.report()["doomed"].state, TaskState::Failed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watched_part_that_fails_stops_the_daemon_at_once() {
+        let tasks = Arc::new(Tasks::default());
+        let shutdown = CancellationToken::new();
+        let mut supervisor = Supervisor::new(tasks.clone(), shutdown.clone());
+        let (fail, failed_part) = tokio::sync::watch::channel(None::<String>);
+        supervisor.watch("store-writer", move || {
+            let mut failed_part = failed_part.clone();
+            Box::pin(async move {
+                let reason = failed_part.wait_for(Option::is_some).await.map(|r| r.clone());
+                reason.ok().flatten().unwrap_or_default()
+            })
+        });
+        supervisor.spawn("steady", |token| Box::pin(async move { token.cancelled().await }));
+        let failed = supervisor.failed();
+        let running = tokio::spawn(supervisor.run());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(tasks.report()["store-writer"].state, TaskState::Running);
+        assert!(!failed.is_cancelled());
+        fail.send_replace(Some("injected".to_owned()));
+        assert_eq!(running.await.unwrap(), Some("store-writer"), "given up at the first failure");
+        assert!(failed.is_cancelled() && shutdown.is_cancelled(), "the daemon stops");
+        assert_eq!(tasks.report()["store-writer"].state, TaskState::Failed);
+    }
+
+    /// A watched part ends quietly with the daemon, failing nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_watched_part_ends_with_the_daemon() {
+        let tasks = Arc::new(Tasks::default());
+        let shutdown = CancellationToken::new();
+        let mut supervisor = Supervisor::new(tasks.clone(), shutdown.clone());
+        supervisor.watch("store-writer", || Box::pin(std::future::pending()));
+        let running = tokio::spawn(supervisor.run());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        shutdown.cancel();
+        assert_eq!(running.await.unwrap(), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,5 +17,6 @@ mod otp;
 mod process;
 mod store;
 mod stream;
+mod supervision;
 mod terminal;
 mod tui;

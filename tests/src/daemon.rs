@@ -127,6 +127,15 @@ impl TestDaemon {
         self.client.with_token(token)
     }
 
+    /// Waits (at most `within`) for the daemon to stop by itself, and returns how it ended.
+    pub async fn exited(mut self, within: Duration) -> anyhow::Result<()> {
+        let task = self.task.take().expect("the daemon runs");
+        tokio::time::timeout(within, task)
+            .await
+            .expect("the daemon stops by itself in time")
+            .expect("daemon task")
+    }
+
     /// Stops the daemon gracefully and waits for it (at most 10 s).
     pub async fn stop(mut self) {
         self.shutdown.cancel();

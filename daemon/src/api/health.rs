@@ -32,7 +32,8 @@ async fn healthz() -> Json<HealthOut> {
     Json(HealthOut { status: HealthStatus::Ok, database: None, tasks: Default::default() })
 }
 
-/// Readiness: the database answers and every background task runs (their states are listed).
+/// Readiness: the database answers, a write commits, and every background task runs (their
+/// states are listed).
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready", body = HealthOut),
@@ -43,6 +44,12 @@ async fn readyz(State(state): State<AppState>) -> ApiResult<Json<HealthOut>> {
     match tokio::time::timeout(std::time::Duration::from_secs(3), state.store.ping()).await {
         Ok(Ok(())) => {}
         _ => return Err(ApiError::new(ErrorCode::Unavailable, "The database is not reachable.")),
+    }
+    // Reads can work while writes cannot (the writer failed, another process holds SQLite's
+    // write lock): an empty write must commit too.
+    match tokio::time::timeout(std::time::Duration::from_secs(3), state.store.ping_writer()).await {
+        Ok(Ok(())) => {}
+        _ => return Err(ApiError::new(ErrorCode::Unavailable, "Writes to the database cannot commit.")),
     }
     let tasks = state.tasks.report();
     let down: Vec<String> = tasks

@@ -71,7 +71,9 @@ pub async fn run_workers(state: AppState, shutdown: CancellationToken) {
             tasks.spawn(deliver(state.clone(), job, permit));
         }
         drop(held);
-        while tasks.try_join_next().is_some() {}
+        while let Some(joined) = tasks.try_join_next() {
+            report_panic(joined);
+        }
         if claimed == 0 {
             let wait = match state.store.next_delivery_due().await {
                 Ok(Some(due)) => {
@@ -86,11 +88,28 @@ pub async fn run_workers(state: AppState, shutdown: CancellationToken) {
             }
         }
     }
-    if tokio::time::timeout(DRAIN, async { while tasks.join_next().await.is_some() {} }).await.is_err() {
+    let drained = async {
+        while let Some(joined) = tasks.join_next().await {
+            report_panic(joined);
+        }
+    };
+    if tokio::time::timeout(DRAIN, drained).await.is_err() {
         tracing::warn!(
             "deliveries still in flight at shutdown; their leases will expire and they will be retried"
         );
     }
+}
+
+/// Logs and counts a send whose task panicked (`herald_task_exits_total{task="delivery-worker",
+/// reason="panicked"}`); its lease runs out and the delivery is claimed again. Returns the
+/// panic's message, if it was one.
+fn report_panic(joined: Result<(), tokio::task::JoinError>) -> Option<String> {
+    let error = joined.err().filter(tokio::task::JoinError::is_panic)?;
+    let message = crate::tasks::panic_message(&*error.into_panic());
+    tracing::error!(panic = %message, "a delivery panicked; its lease will run out and it will be tried again");
+    metrics::counter!("herald_task_exits_total", "task" => "delivery-worker", "reason" => "panicked")
+        .increment(1);
+    Some(message)
 }
 
 /// The message to hand to a claimed job's provider.
@@ -213,5 +232,21 @@ async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphoreP
     if retry {
         // The claim loop may be sleeping past this job's next attempt.
         state.delivery_wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A send whose task panicked is reported with its message, not discarded.
+    #[tokio::test]
+    async fn a_panicking_send_is_reported() {
+        let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(async { panic!("injected into a send") });
+        tasks.spawn(async {});
+        let mut reported = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            reported.extend(super::report_panic(joined));
+        }
+        assert_eq!(reported, ["injected into a send"]);
     }
 }

@@ -52,6 +52,7 @@ pub use notifications::{
 pub use otp::{Limit, NewOtp, OTP_MAX_TTL_SECONDS, OtpMessages, OtpSendStart, OtpSnapshot, OtpVerdict};
 pub use streams::OpenStream;
 pub use templates::TemplateRecord;
+pub use writer::runtime::CRASH_LOOP as WRITER_CRASH_LOOP;
 
 use crate::{
     config::{Config, DatabaseUrl},

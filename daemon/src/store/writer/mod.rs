@@ -395,10 +395,11 @@ impl<L: Lanes> WriterHandle<L> {
     /// Resolves with the reason once the writers stop taking writes before being closed.
     pub async fn failed(&self) -> String {
         let mut watching = self.failure.subscribe();
-        match watching.wait_for(Option::is_some).await {
-            Ok(reason) => reason.clone().unwrap_or_default(),
+        let reason = watching.wait_for(Option::is_some).await.ok().and_then(|reason| reason.clone());
+        match reason {
+            Some(reason) => reason,
             // The handle is the sender: it cannot have gone while `self` exists.
-            Err(_) => std::future::pending().await,
+            None => std::future::pending().await,
         }
     }
 

@@ -35,26 +35,23 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 /// The task name writers are counted under in `herald_task_exits_total`.
 const TASK: &str = "store-writer";
 
-/// A writer's recent panics, for the crash-loop rule.
-#[derive(Default)]
-struct Panics(VecDeque<Instant>);
+/// The writers' recent panics (shared by the writers of one handle), for the crash-loop rule.
+#[derive(Clone, Default)]
+struct Panics(Arc<std::sync::Mutex<VecDeque<Instant>>>);
 
 impl Panics {
-    /// Logs and counts a panic; `true` if the writer has now panicked too often to go on.
-    fn record(&mut self, panic: Box<dyn std::any::Any + Send>) -> bool {
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".to_owned());
+    /// Logs and counts a panic; `true` if the writers have now panicked too often to go on.
+    fn record(&self, panic: Box<dyn std::any::Any + Send>) -> bool {
+        let message = crate::tasks::panic_message(&*panic);
         tracing::error!(task = TASK, panic = %message, "the database writer panicked in a batch; its callers were answered 503");
         metrics::counter!("herald_task_exits_total", "task" => TASK, "reason" => "panicked").increment(1);
+        let Ok(mut recent) = self.0.lock() else { return true };
         let now = Instant::now();
-        self.0.push_back(now);
-        while self.0.front().is_some_and(|at| now.duration_since(*at) > CRASH_WINDOW) {
-            self.0.pop_front();
+        recent.push_back(now);
+        while recent.front().is_some_and(|at| now.duration_since(*at) > CRASH_WINDOW) {
+            recent.pop_front();
         }
-        self.0.len() >= CRASH_LOOP
+        recent.len() >= CRASH_LOOP
     }
 }
 
@@ -120,7 +117,7 @@ pub(crate) fn spawn_sqlite<L: Lanes>(
         .name("herald-sqlite-writer".to_owned())
         .spawn(move || {
             let _running = running;
-            let mut panics = Panics::default();
+            let panics = Panics::default();
             while let Some(batch) = block_on(next_batch(&queue)) {
                 let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
                     block_on(run_batch::<L>(&mut Conn::Local(&mut connection), "BEGIN IMMEDIATE", batch))
@@ -147,14 +144,14 @@ pub(crate) fn spawn_sqlite<L: Lanes>(
 /// PostgreSQL writers: `count` tasks, each holding a pooled connection while it runs a batch.
 pub(crate) fn spawn_postgres<L: Lanes>(pool: sqlx::PgPool, count: usize) -> WriterHandle<L> {
     let (handle, queue) = WriterHandle::<L>::new(count);
+    let panics = Panics::default();
     for _ in 0..count {
-        tokio::spawn(run_postgres(pool.clone(), queue.clone(), Running(handle.clone())));
+        tokio::spawn(run_postgres(pool.clone(), queue.clone(), Running(handle.clone()), panics.clone()));
     }
     handle
 }
 
-async fn run_postgres<L: Lanes>(pool: sqlx::PgPool, queue: Queue<L>, running: Running<L>) {
-    let mut panics = Panics::default();
+async fn run_postgres<L: Lanes>(pool: sqlx::PgPool, queue: Queue<L>, running: Running<L>, panics: Panics) {
     while let Some(batch) = next_batch(&queue).await {
         let mut conn = match pool.acquire().await {
             Ok(conn) => conn,
