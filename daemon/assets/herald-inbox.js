@@ -88,6 +88,27 @@ export function openInbox({
     onState(next, info);
   };
   const changed = (event) => onChange({ unread, items, event });
+  const asHerald = (error) =>
+    error instanceof HeraldError ? error : new HeraldError(String(error?.message ?? error), { cause: error });
+
+  // How long to wait before trying again after `failures` failures in a row: the server's
+  // Retry-After when it sent one, else 0.5 s doubling to 30 s; with jitter.
+  const delayFor = (error, failures) =>
+    Math.round(
+      (error?.retryAfter ? error.retryAfter * 1000 : Math.min(30000, 500 * 2 ** failures)) * (0.5 + Math.random() / 2),
+    );
+
+  // Resolves after `ms`, or at once when the inbox is closed.
+  const sleep = (ms) =>
+    new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        closed.signal.removeEventListener("abort", done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      closed.signal.addEventListener("abort", done);
+    });
 
   async function problem(res) {
     let body = {};
@@ -130,6 +151,24 @@ export function openInbox({
     const page = await (await send(`/api/v1/inbox?limit=${pageSize}`)).json();
     for (const item of page.notifications) if (!items.has(item.id)) items.set(item.id, item);
     changed(null);
+  }
+
+  // The first page, beside the stream, tried again until it loads: a page refused once (a cached
+  // token that expired, a busy server, a network failure) must not leave `items` empty for good
+  // under a right badge. It waits as the stream does, Retry-After included, and a 401 has set
+  // `refresh`, so the next try asks getToken(true) for a new token.
+  async function firstPage() {
+    for (let failures = 1; !closed.signal.aborted; failures += 1) {
+      try {
+        await loadPage();
+        return;
+      } catch (error) {
+        if (closed.signal.aborted) return;
+        const herald = asHerald(error);
+        report(herald);
+        await sleep(delayFor(herald, failures));
+      }
+    }
   }
 
   // The badge from the API, for an update to an item whose earlier state this connection does
@@ -224,7 +263,7 @@ export function openInbox({
             items.clear();
             seenIn.clear();
             onEvent(type, payload, null);
-            await loadPage().catch(report);
+            await loadPage().catch((error) => report(asHerald(error)));
             continue;
           }
           handle(type, payload, id);
@@ -238,36 +277,24 @@ export function openInbox({
 
   (async () => {
     setState("connecting");
-    let first = true;
-    let lastError = null;
+    // The page loads beside the stream; its items never move the badge.
+    if (pageSize > 0) firstPage();
     while (!closed.signal.aborted) {
-      let wait = 500;
+      // After a clean end: within half a second.
+      let delayMs = delayFor(null, 0);
+      let error = null;
       try {
-        if (first && pageSize > 0) {
-          // The page loads beside the stream; its items never move the badge.
-          loadPage().catch((error) => closed.signal.aborted || report(error));
-        }
-        first = false;
         await follow();
         if (closed.signal.aborted) break;
-      } catch (error) {
+      } catch (thrown) {
         if (closed.signal.aborted) break;
-        const herald = error instanceof HeraldError ? error : new HeraldError(String(error?.message ?? error), { cause: error });
-        report(herald);
-        lastError = herald;
+        error = asHerald(thrown);
+        report(error);
         failures += 1;
-        wait = herald.retryAfter ? herald.retryAfter * 1000 : Math.min(30000, 500 * 2 ** failures);
+        delayMs = delayFor(error, failures);
       }
-      const delayMs = Math.round(wait * (0.5 + Math.random() / 2));
-      setState("reconnecting", { attempt: failures, delayMs, error: lastError });
-      lastError = null;
-      await new Promise((resolve) => {
-        const timer = setTimeout(resolve, delayMs);
-        closed.signal.addEventListener("abort", () => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
+      setState("reconnecting", { attempt: failures, delayMs, error });
+      await sleep(delayMs);
     }
     setState("closed");
   })();

@@ -2,17 +2,22 @@
 //! of another origin, against the real daemon on both backends: items arrive in order, the
 //! stream survives a network cut, a daemon restart and a page reload without gaps or duplicates,
 //! the badge stays exact throughout, and an origin Herald does not grant is refused with an error
-//! the page hears.
+//! the page hears. A page whose cached token is refused still gets its first page.
 
 use std::time::Duration;
 
 use axum::{Router, response::Html, routing::get};
-use herald_common::api::{
-    inbox::InboxPatch,
-    notifications::{Channel, NotificationIn},
+use herald_common::{
+    Timestamp,
+    api::{
+        admin::Bootstrapped,
+        inbox::InboxPatch,
+        notifications::{Channel, NotificationIn},
+    },
 };
 use herald_tests::{Backend, TestDaemon, both_backends, browser::Browser, peers::CutProxy};
-use serde_json::Value;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -22,12 +27,21 @@ const PAGE: &str = r#"<!doctype html>
 <p>Unread: <span id="badge">…</span></p>
 <script type="module">
 const q = new URLSearchParams(location.search);
-const record = (window.herald = { events: [], states: [], errors: [], unread: null, items: 0, state: null });
+const record = (window.herald = { events: [], states: [], errors: [], unread: null, items: 0, state: null,
+                                  refreshes: 0 });
+// The page's cached token: `stale` (one Herald refuses) when given, until Herald asks for another.
+let token = q.get("stale") ?? q.get("token");
 try {
   const { openInbox } = await import(q.get("herald") + "/content/herald-inbox.js");
   window.inbox = openInbox({
     baseUrl: q.get("herald"),
-    getToken: async () => q.get("token"),
+    async getToken(refresh) {
+      if (refresh) {
+        record.refreshes += 1;
+        token = q.get("token");
+      }
+      return token;
+    },
     lastEventId: sessionStorage.getItem("lastEventId"),
     heartbeatSeconds: 1,
     onEvent(type, data, id) {
@@ -44,7 +58,8 @@ try {
       record.states.push(state);
     },
     onError(error) {
-      record.errors.push({ status: error.status, code: error.code, message: error.message });
+      record.errors.push({ status: error.status, code: error.code, message: error.message,
+                           retryAfter: error.retryAfter });
     },
   });
 } catch (error) {
@@ -62,6 +77,11 @@ async fn page_server() -> String {
         let _ = axum::serve(listener, app).await;
     });
     format!("http://{addr}")
+}
+
+/// The daemon's settings for a page of `origin`: granted, and the page's heartbeat.
+fn reader_env(origin: &str) -> Vec<(&'static str, String)> {
+    vec![("HERALD_CORS_ORIGINS", origin.to_owned()), ("HERALD_STREAM_HEARTBEAT_SECONDS", "1".to_owned())]
 }
 
 fn titles(record: &Value) -> Vec<String> {
@@ -96,11 +116,7 @@ async fn send(d: &TestDaemon, key: &str, titles: &[&str]) {
 async fn inbox_in_a_browser(backend: Backend) {
     let granted = page_server().await;
     let refused = page_server().await;
-    let mut d = TestDaemon::start_with(
-        backend,
-        vec![("HERALD_CORS_ORIGINS", granted.clone()), ("HERALD_STREAM_HEARTBEAT_SECONDS", "1".to_owned())],
-    )
-    .await;
+    let mut d = TestDaemon::start_with(backend, reader_env(&granted)).await;
     let boot = d.bootstrap().await;
     let key = boot.api_key.clone();
     let token = d.with_token(&key).user_token("ann", None).await.unwrap().token;
@@ -185,6 +201,44 @@ async fn inbox_in_a_browser(backend: Backend) {
     d.stop().await;
 }
 both_backends!(inbox_in_a_browser_on_each_backend, inbox_in_a_browser);
+
+/// A daemon for a page of its own origin, with two unread items for `ann`, and her user token.
+async fn two_unread(origin: &str) -> (TestDaemon, Bootstrapped, String) {
+    let d = TestDaemon::start_with(Backend::Sqlite, reader_env(origin)).await;
+    let boot = d.bootstrap().await;
+    let token = d.with_token(&boot.api_key).user_token("ann", None).await.unwrap().token;
+    send(&d, &boot.api_key, &["old 1", "old 2"]).await;
+    (d, boot, token)
+}
+
+/// The page's first page of items, once it holds `count`.
+async fn first_page(browser: &Browser, what: &str, count: usize) -> Value {
+    let script = format!("return window.herald.items === {count} && window.herald");
+    browser.wait_for(what, WAIT, &script).await
+}
+
+/// A page that opens with an expired cached token is refused (401) for its first page and its
+/// stream alike. With the token `getToken(true)` gives, the stream opens and the first page
+/// arrives too: it once stayed empty for good under a right badge.
+#[tokio::test]
+async fn the_first_page_arrives_once_a_refused_token_is_refreshed() {
+    let origin = page_server().await;
+    let (d, boot, token) = two_unread(&origin).await;
+    let claims = json!({"sub": "ann", "tenant_id": boot.tenant_id, "application_id": boot.application_id,
+                        "exp": Timestamp::now().seconds() - 600});
+    let key = EncodingKey::from_secret(boot.signing_secret.as_bytes());
+    let expired = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &key).unwrap();
+
+    let browser = Browser::start().await;
+    browser.goto(&format!("{origin}/inbox.html?herald={}&token={token}&stale={expired}", d.url)).await;
+    until(&browser, "the stream with the new token", 0, 2).await;
+    let r = first_page(&browser, "the first page with the new token", 2).await;
+    let errors = r["errors"].as_array().unwrap();
+    assert!(!errors.is_empty() && errors.iter().all(|e| e["status"] == 401), "the expired token only: {r}");
+    assert!(r["refreshes"].as_u64() >= Some(1), "{r}");
+    browser.stop().await;
+    d.stop().await;
+}
 
 /// A page where `fetch` is scripted: the reader's first page and its count requests are
 /// answered at once, and the test writes the stream's bytes itself (`window.script.push`), so an
