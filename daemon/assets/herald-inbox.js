@@ -91,12 +91,14 @@ export function openInbox({
   const asHerald = (error) =>
     error instanceof HeraldError ? error : new HeraldError(String(error?.message ?? error), { cause: error });
 
-  // How long to wait before trying again after `failures` failures in a row: the server's
-  // Retry-After when it sent one, else 0.5 s doubling to 30 s; with jitter.
+  // How long to wait before trying again after `failures` failures in a row. A server's
+  // Retry-After is the least it asked for (RFC 9110 §10.2.3), so the jitter goes above it (up to
+  // half as long again, so that readers refused together do not return together); a backoff of
+  // our own (0.5 s doubling to 30 s) has its jitter below it.
   const delayFor = (error, failures) =>
-    Math.round(
-      (error?.retryAfter ? error.retryAfter * 1000 : Math.min(30000, 500 * 2 ** failures)) * (0.5 + Math.random() / 2),
-    );
+    error?.retryAfter > 0
+      ? Math.ceil(error.retryAfter * 1000 * (1 + Math.random() / 2))
+      : Math.round(Math.min(30000, 500 * 2 ** failures) * (0.5 + Math.random() / 2));
 
   // Resolves after `ms`, or at once when the inbox is closed.
   const sleep = (ms) =>

@@ -2,11 +2,12 @@
 //! of another origin, against the real daemon on both backends: items arrive in order, the
 //! stream survives a network cut, a daemon restart and a page reload without gaps or duplicates,
 //! the badge stays exact throughout, and an origin Herald does not grant is refused with an error
-//! the page hears. A page whose cached token is refused still gets its first page.
+//! the page hears. A page whose cached token is refused still gets its first page, and a refusal
+//! with `Retry-After` is waited in full.
 
 use std::time::Duration;
 
-use axum::{Router, response::Html, routing::get};
+use axum::{Router, http::StatusCode, response::Html, routing::get};
 use herald_common::{
     Timestamp,
     api::{
@@ -15,7 +16,11 @@ use herald_common::{
         notifications::{Channel, NotificationIn},
     },
 };
-use herald_tests::{Backend, TestDaemon, both_backends, browser::Browser, peers::CutProxy};
+use herald_tests::{
+    Backend, TestDaemon, both_backends,
+    browser::Browser,
+    peers::{CutProxy, RefusingProxy},
+};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 
@@ -236,6 +241,44 @@ async fn the_first_page_arrives_once_a_refused_token_is_refreshed() {
     let errors = r["errors"].as_array().unwrap();
     assert!(!errors.is_empty() && errors.iter().all(|e| e["status"] == 401), "the expired token only: {r}");
     assert!(r["refreshes"].as_u64() >= Some(1), "{r}");
+    browser.stop().await;
+    d.stop().await;
+}
+
+const STREAM: &str = "/api/v1/in-app/stream";
+const INBOX: &str = "/api/v1/inbox";
+
+/// Refused with 429 and then with 503, each with `Retry-After: 1`, the reader reconnects no
+/// sooner than asked each time, and retries a first page refused with 503 no sooner either
+/// (RFC 9110 §10.2.3). Its jitter once went below the server's wait, to half of it.
+#[tokio::test]
+async fn the_reader_waits_retry_after_in_full() {
+    let origin = page_server().await;
+    let (d, _, token) = two_unread(&origin).await;
+    let refusals = [
+        (STREAM, StatusCode::TOO_MANY_REQUESTS),
+        (STREAM, StatusCode::SERVICE_UNAVAILABLE),
+        (INBOX, StatusCode::SERVICE_UNAVAILABLE),
+    ];
+    let proxy = RefusingProxy::start(d.addr, &refusals, 1).await;
+    let browser = Browser::start().await;
+    browser.goto(&format!("{origin}/inbox.html?herald={}&token={token}", proxy.url())).await;
+
+    let held = |path: &str, statuses: &[u16]| {
+        let seen = proxy.seen(path);
+        assert_eq!(seen.iter().map(|s| s.status).collect::<Vec<_>>(), statuses, "{path}: {seen:?}");
+        let gaps: Vec<Duration> = seen.windows(2).map(|w| w[1].at - w[0].at).collect();
+        assert!(
+            gaps.iter().all(|g| *g >= Duration::from_secs(1)),
+            "{path}: a retry before Retry-After: {gaps:?}"
+        );
+    };
+    until(&browser, "the stream after two refusals", 0, 2).await;
+    held(STREAM, &[429, 503, 200]);
+    let r = first_page(&browser, "the first page after its refusal", 2).await;
+    held(INBOX, &[503, 200]);
+    let errors = r["errors"].as_array().unwrap();
+    assert!(errors.len() == 3 && errors.iter().all(|e| e["retryAfter"] == 1), "Retry-After read: {r}");
     browser.stop().await;
     d.stop().await;
 }
