@@ -52,9 +52,16 @@ impl Tone {
 
     pub fn of_activity(status: ActivityStatus) -> Tone {
         match status {
-            ActivityStatus::Sent | ActivityStatus::Delivered | ActivityStatus::Verified => Tone::Good,
+            ActivityStatus::Sent
+            | ActivityStatus::Delivered
+            | ActivityStatus::Read
+            | ActivityStatus::Verified => Tone::Good,
             ActivityStatus::Queued | ActivityStatus::Sending => Tone::Busy,
-            ActivityStatus::Failed | ActivityStatus::Tombstoned => Tone::Bad,
+            ActivityStatus::Failed
+            | ActivityStatus::Tombstoned
+            | ActivityStatus::Undelivered
+            | ActivityStatus::Bounced
+            | ActivityStatus::Complained => Tone::Bad,
             ActivityStatus::Expired => Tone::Dim,
         }
     }

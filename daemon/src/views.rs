@@ -8,13 +8,14 @@ use herald_common::{
         activity::{ActivityItem, ActivityStatus},
         applications::ApplicationOut,
         inbox::InboxItem,
-        notifications::{AttemptOut, AttemptOutcome, NotificationOut},
+        notifications::{AttemptOut, AttemptOutcome, NotificationOut, ReceiptOut},
         templates::TemplateOut,
     },
 };
 
 use crate::store::{
-    ActivityRow, ApplicationRecord, AttemptRecord, InboxRecord, NotificationRecord, TemplateRecord,
+    ActivityRow, ApplicationRecord, AttemptRecord, InboxRecord, NotificationRecord, ReceiptRecord,
+    TemplateRecord,
 };
 
 fn count(n: i64) -> u32 {
@@ -81,8 +82,12 @@ pub fn otp_attempt(row: &ActivityRow) -> AttemptOut {
     }
 }
 
-/// A notification with its attempts.
-pub fn notification_out(record: NotificationRecord, attempts: Vec<AttemptRecord>) -> NotificationOut {
+/// A notification with its attempts and receipts.
+pub fn notification_out(
+    record: NotificationRecord,
+    attempts: Vec<AttemptRecord>,
+    receipts: Vec<ReceiptRecord>,
+) -> NotificationOut {
     NotificationOut {
         notification_id: record.id,
         application_id: record.application_id,
@@ -95,6 +100,19 @@ pub fn notification_out(record: NotificationRecord, attempts: Vec<AttemptRecord>
         created_at: Timestamp::from_millis(record.created_at),
         updated_at: Timestamp::from_millis(record.updated_at),
         attempts: attempts.into_iter().map(attempt_out).collect(),
+        receipts: receipts.into_iter().map(receipt_out).collect(),
+    }
+}
+
+/// A stored receipt.
+pub fn receipt_out(record: ReceiptRecord) -> ReceiptOut {
+    ReceiptOut {
+        provider: record.provider,
+        provider_status: record.provider_status,
+        status: record.status,
+        error_code: record.error_code,
+        detail: record.detail,
+        received_at: Timestamp::from_millis(record.received_at),
     }
 }
 

@@ -20,7 +20,7 @@ use herald_daemon::{
 };
 use herald_tests::{Backend, both_backends};
 
-async fn open(backend: Backend, dir: &std::path::Path) -> (Store, TenantId, ApplicationId) {
+pub(crate) async fn open(backend: Backend, dir: &std::path::Path) -> (Store, TenantId, ApplicationId) {
     herald_tests::init_crypto();
     let url = backend.fresh_database_url(dir).await;
     let config = Layers::new().env([("HERALD_DATABASE_URL".to_owned(), url)]).build(false).unwrap();
@@ -30,7 +30,7 @@ async fn open(backend: Backend, dir: &std::path::Path) -> (Store, TenantId, Appl
     (store, tenant.id, app.id)
 }
 
-fn notification(
+pub(crate) fn notification(
     tenant: &TenantId,
     app: &ApplicationId,
     channel: Channel,

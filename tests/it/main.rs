@@ -15,6 +15,7 @@ mod openapi;
 mod ops;
 mod otp;
 mod process;
+mod receipts;
 mod store;
 mod stream;
 mod supervision;

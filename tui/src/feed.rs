@@ -206,12 +206,32 @@ impl Stats {
 
     /// Counts an event of the live feed: a new item, or an item that changed from `before`.
     pub fn record(&mut self, item: &ActivityItem, before: Option<ActivityStatus>, now_ms: i64) {
+        // Receipts move a finished item on (sent to delivered, undelivered…): still finished
+        // once, but a receipt that says it did not arrive is a failure too.
         let finished = |s: ActivityStatus| {
-            matches!(s, ActivityStatus::Sent | ActivityStatus::Delivered | ActivityStatus::Failed)
+            matches!(
+                s,
+                ActivityStatus::Sent
+                    | ActivityStatus::Delivered
+                    | ActivityStatus::Read
+                    | ActivityStatus::Undelivered
+                    | ActivityStatus::Bounced
+                    | ActivityStatus::Complained
+                    | ActivityStatus::Failed
+            )
+        };
+        let failure = |s: ActivityStatus| {
+            matches!(
+                s,
+                ActivityStatus::Failed
+                    | ActivityStatus::Undelivered
+                    | ActivityStatus::Bounced
+                    | ActivityStatus::Complained
+            )
         };
         let is_new = before.is_none();
         let newly_finished = finished(item.status) && before.is_none_or(|b| !finished(b));
-        let failed = item.status == ActivityStatus::Failed && before != Some(ActivityStatus::Failed);
+        let failed = failure(item.status) && !before.is_some_and(failure);
         let index = channel_index(item.channel);
         let counts = &mut self.bucket(now_ms).counts[index];
         counts.created += u64::from(is_new);

@@ -28,9 +28,16 @@ use crate::{
 
 pub fn status_color(status: ActivityStatus) -> Color {
     match status {
-        ActivityStatus::Sent | ActivityStatus::Delivered | ActivityStatus::Verified => Color::Green,
+        ActivityStatus::Sent
+        | ActivityStatus::Delivered
+        | ActivityStatus::Read
+        | ActivityStatus::Verified => Color::Green,
         ActivityStatus::Queued | ActivityStatus::Sending => Color::Yellow,
-        ActivityStatus::Failed | ActivityStatus::Tombstoned => Color::Red,
+        ActivityStatus::Failed
+        | ActivityStatus::Tombstoned
+        | ActivityStatus::Undelivered
+        | ActivityStatus::Bounced
+        | ActivityStatus::Complained => Color::Red,
         ActivityStatus::Expired => Color::DarkGray,
     }
 }
@@ -579,6 +586,7 @@ mod tests {
                 attempt(1, TransientFailure, Some("451 4.3.0 try again later")),
                 attempt(2, TransientFailure, Some("451 4.3.0 try again later")),
             ],
+            receipts: Vec::new(),
             failed_verifications: None,
         })));
         insta::assert_snapshot!("detail_80x24", render(&mut app, 80, 24));

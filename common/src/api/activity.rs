@@ -21,8 +21,16 @@ wire_enum! {
         Sending = "sending",
         /// Notification: accepted by the provider. OTP: the code was delivered and can be verified.
         Sent = "sent",
-        /// Notification (in_app): in the user's inbox.
+        /// Notification: the provider confirms it arrived (a receipt); in_app: in the user's inbox.
         Delivered = "delivered",
+        /// Notification: read (a WhatsApp read receipt).
+        Read = "read",
+        /// Notification: the provider could not deliver it after accepting it.
+        Undelivered = "undelivered",
+        /// Notification: the email bounced.
+        Bounced = "bounced",
+        /// Notification: the recipient marked the email as spam.
+        Complained = "complained",
         /// Notification: given up (`failure_reason` says why). OTP: the provider refused the code.
         Failed = "failed",
         /// OTP: the right code was submitted.
@@ -48,6 +56,10 @@ impl From<DeliveryStatus> for ActivityStatus {
             DeliveryStatus::Sending => ActivityStatus::Sending,
             DeliveryStatus::Sent => ActivityStatus::Sent,
             DeliveryStatus::Delivered => ActivityStatus::Delivered,
+            DeliveryStatus::Read => ActivityStatus::Read,
+            DeliveryStatus::Undelivered => ActivityStatus::Undelivered,
+            DeliveryStatus::Bounced => ActivityStatus::Bounced,
+            DeliveryStatus::Complained => ActivityStatus::Complained,
             DeliveryStatus::Failed => ActivityStatus::Failed,
         }
     }
@@ -81,8 +93,9 @@ pub struct ActivityItem {
     pub application_name: String,
     pub channel: Channel,
     pub recipient_masked: String,
-    /// Notifications: `queued`, `sending`, `sent`, `delivered`, `failed`. OTP: `sent`,
-    /// `verified`, `expired`, `tombstoned`, `failed`.
+    /// Notifications: `queued`, `sending`, `sent`, `delivered`, `read`, `undelivered`,
+    /// `bounced`, `complained`, `failed`. OTP: `sent`, `verified`, `expired`, `tombstoned`,
+    /// `failed`.
     pub status: ActivityStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
@@ -108,6 +121,9 @@ pub struct ActivityDetail {
     pub updated_at: Timestamp,
     /// Delivery attempts (notifications), or the send (OTP).
     pub attempts: Vec<AttemptOut>,
+    /// The providers' receipts, oldest first (notifications).
+    #[serde(default)]
+    pub receipts: Vec<crate::api::notifications::ReceiptOut>,
     /// Wrong codes submitted (OTP only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_verifications: Option<u32>,

@@ -28,11 +28,70 @@ wire_enum! {
         Sending = "sending",
         /// Accepted by the provider or SMTP server.
         Sent = "sent",
-        /// In the user's inbox (in_app).
+        /// The provider confirms it reached the handset or mailbox (a receipt); in_app: in the
+        /// user's inbox.
         Delivered = "delivered",
+        /// The recipient read it (a WhatsApp read receipt).
+        Read = "read",
+        /// The provider reports, after accepting it, that it could not deliver it.
+        Undelivered = "undelivered",
+        /// An email bounce report came back.
+        Bounced = "bounced",
+        /// The recipient marked the email as spam.
+        Complained = "complained",
         /// Given up: `failure_reason` says why.
         Failed = "failed",
     }
+}
+
+impl DeliveryStatus {
+    /// Where a status stands in the precedence of receipts (CONTRACT §8): `complained` >
+    /// `read` > `delivered` > `bounced` = `undelivered` > `sent`. Receipts arrive late, twice
+    /// and out of order; one moves the status only up this order, and only from `sent` or a
+    /// status a receipt set. The statuses receipts do not reach (queued, sending, failed) are 0:
+    /// a receipt for a notification in one of them is kept in its history only.
+    pub const fn receipt_rank(self) -> u8 {
+        match self {
+            DeliveryStatus::Queued | DeliveryStatus::Sending | DeliveryStatus::Failed => 0,
+            DeliveryStatus::Sent => 1,
+            DeliveryStatus::Undelivered | DeliveryStatus::Bounced => 2,
+            DeliveryStatus::Delivered => 3,
+            DeliveryStatus::Read => 4,
+            DeliveryStatus::Complained => 5,
+        }
+    }
+
+    /// Whether a receipt saying `receipt` moves a notification now in `self` to it.
+    pub const fn is_moved_up_by(self, receipt: DeliveryStatus) -> bool {
+        self.receipt_rank() > 0 && receipt.receipt_rank() > self.receipt_rank()
+    }
+}
+
+wire_enum! {
+    /// Who sent a receipt.
+    pub enum ReceiptProvider {
+        Twilio = "twilio",
+        Whatsapp = "whatsapp",
+        /// A delivery status or feedback report to the bounce listener.
+        Email = "email",
+    }
+}
+
+/// One receipt in an item's history (CONTRACT §8).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReceiptOut {
+    pub provider: ReceiptProvider,
+    /// The provider's own word (`delivered`, `undelivered`, a DSN's `Action`, `abuse`…).
+    pub provider_status: String,
+    /// What it means in Herald's status model (a receipt that changes nothing, such as a
+    /// delayed DSN, says `sent`).
+    pub status: DeliveryStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    /// The provider's text, with the recipient masked out of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    pub received_at: Timestamp,
 }
 
 wire_enum! {
@@ -155,4 +214,7 @@ pub struct NotificationOut {
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub attempts: Vec<AttemptOut>,
+    /// The providers' receipts, oldest first.
+    #[serde(default)]
+    pub receipts: Vec<ReceiptOut>,
 }

@@ -180,17 +180,29 @@ async fn get_activity_item(
         .await?
         .ok_or_else(not_found)?;
     let updated_at = Timestamp::from_millis(row.updated_at);
-    let (attempts, failed_verifications) = match &id {
+    let (attempts, receipts, failed_verifications) = match &id {
         // The OTP's one delivery happened inside its send request.
-        TransactionId::Otp(_) => {
-            (vec![views::otp_attempt(&row)], Some(u32::try_from(row.failed_attempts).unwrap_or(0)))
+        TransactionId::Otp(_) => (
+            vec![views::otp_attempt(&row)],
+            Vec::new(),
+            Some(u32::try_from(row.failed_attempts).unwrap_or(0)),
+        ),
+        TransactionId::Notification(id) => {
+            let attempts = match state.store.get_notification(id).await? {
+                Some((_, attempts)) => attempts.into_iter().map(views::attempt_out).collect(),
+                None => Vec::new(),
+            };
+            let receipts = state.store.receipts_of(id).await?.into_iter().map(views::receipt_out).collect();
+            (attempts, receipts, None)
         }
-        TransactionId::Notification(id) => match state.store.get_notification(id).await? {
-            Some((_, attempts)) => (attempts.into_iter().map(views::attempt_out).collect(), None),
-            None => (Vec::new(), None),
-        },
     };
-    Ok(Json(ActivityDetail { item: views::activity_item(row), updated_at, attempts, failed_verifications }))
+    Ok(Json(ActivityDetail {
+        item: views::activity_item(row),
+        updated_at,
+        attempts,
+        receipts,
+        failed_verifications,
+    }))
 }
 
 /// Queues a failed, retryable notification again (`activity:retry`).

@@ -82,5 +82,6 @@ async fn get_notification(
     if !visible {
         return Err(not_found());
     }
-    Ok(Json(views::notification_out(record, attempts)))
+    let receipts = state.store.receipts_of(&id).await?;
+    Ok(Json(views::notification_out(record, attempts, receipts)))
 }

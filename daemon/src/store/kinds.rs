@@ -4,6 +4,7 @@
 use super::{
     notifications::{Attempt, Dispatch},
     otp::{OtpSend, OtpVerify},
+    receipts::Receipt,
     writer::lanes,
 };
 
@@ -14,5 +15,6 @@ lanes! {
         attempts: Attempt,
         otp_sends: OtpSend,
         otp_verifications: OtpVerify,
+        receipts: Receipt,
     }
 }

@@ -25,6 +25,7 @@ mod listen;
 pub(crate) mod local;
 mod notifications;
 mod otp;
+mod receipts;
 mod streams;
 mod templates;
 pub(crate) mod writer;
@@ -50,6 +51,7 @@ pub use notifications::{
     NotificationRecord,
 };
 pub use otp::{Limit, NewOtp, OTP_MAX_TTL_SECONDS, OtpMessages, OtpSendStart, OtpSnapshot, OtpVerdict};
+pub use receipts::{NewReceipt, ReceiptOutcome, ReceiptRecord};
 pub use streams::OpenStream;
 pub use templates::TemplateRecord;
 pub use writer::runtime::CRASH_LOOP as WRITER_CRASH_LOOP;

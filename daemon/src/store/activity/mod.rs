@@ -159,9 +159,13 @@ fn conditions(filter: &ActivityFilter, sql: &mut Sql, now: &str) -> (String, Str
             ActivityStatus::Verified | ActivityStatus::Tombstoned | ActivityStatus::Failed => {
                 o.push_str(&format!(" AND o.status = {p}"))
             }
-            ActivityStatus::Queued | ActivityStatus::Sending | ActivityStatus::Delivered => {
-                o.push_str(" AND 1 = 0")
-            }
+            ActivityStatus::Queued
+            | ActivityStatus::Sending
+            | ActivityStatus::Delivered
+            | ActivityStatus::Read
+            | ActivityStatus::Undelivered
+            | ActivityStatus::Bounced
+            | ActivityStatus::Complained => o.push_str(" AND 1 = 0"),
         }
     }
     (n, o)
