@@ -108,21 +108,52 @@ impl ApiError {
     }
 }
 
+/// Storage that cannot be used right now (no connection, the writer gone, the database locked
+/// by another process) is 503 with `Retry-After`: the request did nothing and may be sent again.
+/// Anything else the store reports is a 500.
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
-        match &error {
-            StoreError::Database(sqlx::Error::PoolTimedOut) | StoreError::WriterGone => {
-                let mut e =
-                    ApiError::new(ErrorCode::Unavailable, "The database is not available; try again.")
-                        .with_header(header::RETRY_AFTER, "1");
-                e.0.source = Some(error.into());
-                e
-            }
-            _ => ApiError::internal(error),
+        if !is_unavailable(&error) {
+            return ApiError::internal(error);
         }
+        let mut e = ApiError::new(ErrorCode::Unavailable, "The database is not available; try again.")
+            .with_header(header::RETRY_AFTER, "1");
+        e.0.source = Some(error.into());
+        e
     }
 }
 
+/// SQLite's text for SQLITE_BUSY and SQLITE_LOCKED: another connection holds the lock past the
+/// busy timeout.
+const SQLITE_LOCKED_MESSAGES: [&str; 2] = ["database is locked", "database table is locked"];
+
+/// Whether an SQLite result code (extended or primary) is SQLITE_BUSY or SQLITE_LOCKED.
+fn sqlite_locked(code: i32) -> bool {
+    matches!(code & 0xff, rusqlite::ffi::SQLITE_BUSY | rusqlite::ffi::SQLITE_LOCKED)
+}
+
+/// Whether `error` means the database could not be used at all, so nothing was written.
+fn is_unavailable(error: &StoreError) -> bool {
+    match error {
+        StoreError::Unavailable(_) | StoreError::WriterGone => true,
+        // `From<sqlx::Error>` already turns a pool timeout into `Unavailable`; a closed pool is
+        // a daemon shutting down.
+        StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) => true,
+        StoreError::Database(sqlx::Error::Database(e)) => {
+            e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
+                && e.code().and_then(|code| code.parse().ok()).is_some_and(sqlite_locked)
+        }
+        StoreError::Local(rusqlite::Error::SqliteFailure(e, _)) => sqlite_locked(e.extended_code),
+        // The writer keeps only the text of what failed its transaction. A SQLite lock it could
+        // not take means nothing was written. A PostgreSQL connection lost mid-batch is not
+        // matched: its COMMIT may have gone through, so "nothing happened, retry" would be a
+        // guess.
+        StoreError::Batch(message) => SQLITE_LOCKED_MESSAGES.iter().any(|m| message.ends_with(m)),
+        _ => false,
+    }
+}
+
+/// 403 naming the missing scope, also in `WWW-Authenticate` (RFC 6750 §3.1).
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let Inner { problem, headers: extra, source } = *self.0;
@@ -145,5 +176,71 @@ impl IntoResponse for ApiError {
             headers.insert(name, value);
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(error: impl Into<ApiError>) -> (u16, Problem, Option<String>) {
+        let response = error.into().into_response();
+        let retry_after = response.headers().get(header::RETRY_AFTER).map(|v| v.to_str().unwrap().to_owned());
+        let status = response.status().as_u16();
+        let body = futures_util::FutureExt::now_or_never(axum::body::to_bytes(response.into_body(), 1 << 20))
+            .expect("a body in memory")
+            .unwrap();
+        (status, serde_json::from_slice(&body).unwrap(), retry_after)
+    }
+
+    /// A real SQLITE_BUSY: another connection holds the write lock and this one does not wait.
+    fn sqlite_busy() -> rusqlite::Error {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("locked.db");
+        let holder = rusqlite::Connection::open(&path).unwrap();
+        holder.execute_batch("PRAGMA journal_mode = WAL; BEGIN IMMEDIATE").unwrap();
+        let waiter = rusqlite::Connection::open(&path).unwrap();
+        waiter.busy_timeout(std::time::Duration::ZERO).unwrap();
+        waiter.execute_batch("BEGIN IMMEDIATE").unwrap_err()
+    }
+
+    #[test]
+    fn storage_that_cannot_be_used_is_503_with_retry_after() {
+        let busy = StoreError::from(sqlite_busy());
+        // What the writer answers when its transaction cannot begin: the cause's text.
+        let batch = StoreError::Batch(busy.to_string());
+        let unavailable = [
+            StoreError::from(sqlx::Error::PoolTimedOut),
+            StoreError::Unavailable("connection refused".into()),
+            StoreError::WriterGone,
+            StoreError::Database(sqlx::Error::PoolClosed),
+            busy,
+            batch,
+            StoreError::Batch("transaction failed: database error: database table is locked".into()),
+        ];
+        for error in unavailable {
+            let shown = error.to_string();
+            let (status, problem, retry_after) = answer(error);
+            assert_eq!((status, problem.code), (503, ErrorCode::Unavailable), "{shown}");
+            assert_eq!(retry_after.as_deref(), Some("1"), "{shown}");
+            assert_eq!(problem.detail.as_deref(), Some("The database is not available; try again."));
+        }
+    }
+
+    #[test]
+    fn other_storage_failures_are_500_and_hide_their_cause() {
+        for error in [
+            StoreError::Corrupt("column 3: bad status `sent?`".into()),
+            StoreError::Batch("transaction failed: error communicating with database: broken pipe".into()),
+            StoreError::Statement("no rows".into()),
+            StoreError::Database(sqlx::Error::RowNotFound),
+        ] {
+            let (status, problem, retry_after) = answer(error);
+            assert_eq!((status, problem.code, retry_after), (500, ErrorCode::Internal, None));
+            assert_eq!(
+                problem.detail.as_deref(),
+                Some("Something went wrong on our side; it has been logged.")
+            );
+        }
     }
 }
