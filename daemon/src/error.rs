@@ -1,6 +1,10 @@
 //! The one place where errors become HTTP responses: every failure is an RFC 9457 problem with
 //! a stable `code`. Server-side failures are logged (inside the request's span, with its request
 //! id) and answered with a body that reveals nothing of the cause.
+//!
+//! The service layer's errors ([`crate::service`]) and the store's become problems here, each
+//! by one `From` impl: the variant decides the code (and so the status) and the headers; the
+//! detail of a 4xx is the error's own text, and a 5xx's cause goes to the log only.
 
 use axum::{
     http::{HeaderName, HeaderValue, StatusCode, header},
@@ -8,7 +12,14 @@ use axum::{
 };
 use herald_common::{ErrorCode, FieldError, Problem, error::PROBLEM_CONTENT_TYPE};
 
-use crate::store::StoreError;
+use crate::{
+    auth::MissingScope,
+    service::{
+        InvalidFields, domains::DomainError, idempotent_replay::ReplayError, notifications::DispatchError,
+        otp::OtpError,
+    },
+    store::StoreError,
+};
 
 /// An error on its way to becoming a problem response. Boxed: handlers return it by value on
 /// every path, and the happy path should not pay for its size.
@@ -28,6 +39,11 @@ pub type ApiResult<T> = Result<T, ApiError>;
 impl ApiError {
     pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
         Self(Box::new(Inner { problem: Problem::new(code, detail), headers: Vec::new(), source: None }))
+    }
+
+    /// A problem made whole elsewhere (see [`OtpError::DeliveryFailed`]).
+    pub fn from_problem(problem: Problem) -> Self {
+        Self(Box::new(Inner { problem, headers: Vec::new(), source: None }))
     }
 
     pub fn problem(&self) -> &Problem {
@@ -70,18 +86,6 @@ impl ApiError {
             detail.replace('"', "'")
         );
         Self::new(ErrorCode::Unauthorized, detail).with_header(header::WWW_AUTHENTICATE, &challenge)
-    }
-
-    /// 403 naming the missing scope.
-    pub fn insufficient_scope(scope: herald_common::Scope) -> Self {
-        let mut error =
-            Self::new(ErrorCode::InsufficientScope, format!("This credential lacks the `{scope}` scope."))
-                .with_header(
-                    header::WWW_AUTHENTICATE,
-                    &format!("Bearer realm=\"herald\", error=\"insufficient_scope\", scope=\"{scope}\""),
-                );
-        error.0.problem.scope = Some(scope.to_string());
-        error
     }
 
     /// Adds `attempts_remaining` (wrong OTP codes).
@@ -154,6 +158,87 @@ fn is_unavailable(error: &StoreError) -> bool {
 }
 
 /// 403 naming the missing scope, also in `WWW-Authenticate` (RFC 6750 §3.1).
+impl From<MissingScope> for ApiError {
+    fn from(error: MissingScope) -> Self {
+        let scope = error.0;
+        let mut e = ApiError::new(ErrorCode::InsufficientScope, error.to_string()).with_header(
+            header::WWW_AUTHENTICATE,
+            &format!("Bearer realm=\"herald\", error=\"insufficient_scope\", scope=\"{scope}\""),
+        );
+        e.0.problem.scope = Some(scope.to_string());
+        e
+    }
+}
+
+impl From<InvalidFields> for ApiError {
+    fn from(InvalidFields(errors): InvalidFields) -> Self {
+        ApiError::validation(errors)
+    }
+}
+
+impl From<ReplayError> for ApiError {
+    fn from(error: ReplayError) -> Self {
+        match error {
+            ReplayError::KeyReused => ApiError::new(ErrorCode::IdempotencyKeyReused, error.to_string()),
+            ReplayError::InFlight => ApiError::new(ErrorCode::IdempotencyInProgress, error.to_string())
+                .with_header(header::RETRY_AFTER, "1"),
+            ReplayError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<DomainError> for ApiError {
+    fn from(error: DomainError) -> Self {
+        match error {
+            DomainError::Invalid(e) => e.into(),
+            DomainError::AlreadyExists(_) => ApiError::new(ErrorCode::Conflict, error.to_string()),
+            DomainError::NotFound => ApiError::new(ErrorCode::NotFound, error.to_string()),
+            DomainError::SenderNotVerified { .. } | DomainError::NotASendingDomain(_) => {
+                ApiError::new(ErrorCode::DomainNotVerified, error.to_string())
+            }
+            DomainError::Key(e) => ApiError::internal(e),
+            DomainError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<DispatchError> for ApiError {
+    fn from(error: DispatchError) -> Self {
+        match error {
+            DispatchError::Invalid(e) => e.into(),
+            DispatchError::Sender(e) => e.into(),
+            DispatchError::Replay(e) => e.into(),
+            DispatchError::Answer(e) => ApiError::internal(e),
+            DispatchError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<OtpError> for ApiError {
+    fn from(error: OtpError) -> Self {
+        let detail = error.to_string();
+        match error {
+            OtpError::Invalid(e) => e.into(),
+            OtpError::MissingScope(e) => e.into(),
+            OtpError::SendRateLimited { retry_after_ms } | OtpError::VerifyRateLimited { retry_after_ms } => {
+                ApiError::rate_limited(detail, retry_after_ms)
+            }
+            OtpError::Replay(e) => e.into(),
+            OtpError::DeliveryFailed(problem) => ApiError::from_problem(*problem),
+            OtpError::NotFound => ApiError::new(ErrorCode::NotFound, detail),
+            OtpError::AlreadyVerified => ApiError::new(ErrorCode::OtpAlreadyVerified, detail),
+            OtpError::Expired | OtpError::NotDelivered => ApiError::new(ErrorCode::OtpExpired, detail),
+            OtpError::Tombstoned => ApiError::new(ErrorCode::OtpTombstoned, detail),
+            OtpError::WrongCode { attempts_remaining } => {
+                ApiError::new(ErrorCode::OtpInvalidCode, detail).with_attempts_remaining(attempts_remaining)
+            }
+            OtpError::Task(e) => ApiError::internal(e),
+            OtpError::Answer(e) => ApiError::internal(e),
+            OtpError::Store(e) => e.into(),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let Inner { problem, headers: extra, source } = *self.0;
@@ -181,6 +266,8 @@ impl IntoResponse for ApiError {
 
 #[cfg(test)]
 mod tests {
+    use herald_common::{Scope, ids::DomainId};
+
     use super::*;
 
     fn answer(error: impl Into<ApiError>) -> (u16, Problem, Option<String>) {
@@ -242,5 +329,75 @@ mod tests {
                 Some("Something went wrong on our side; it has been logged.")
             );
         }
+    }
+
+    #[test]
+    fn a_store_failure_inside_a_service_error_maps_the_same() {
+        let (status, _, retry_after) =
+            answer(DispatchError::Replay(ReplayError::Store(StoreError::WriterGone)));
+        assert_eq!((status, retry_after.as_deref()), (503, Some("1")));
+        let (status, _, _) = answer(OtpError::Store(StoreError::Corrupt("x".into())));
+        assert_eq!(status, 500);
+        let (status, _, _) = answer(DispatchError::Sender(DomainError::Store(StoreError::WriterGone)));
+        assert_eq!(status, 503);
+    }
+
+    #[test]
+    fn service_errors_keep_their_codes_texts_and_headers() {
+        let (status, p, retry_after) = answer(ReplayError::InFlight);
+        assert_eq!(
+            (status, p.code, retry_after.as_deref()),
+            (409, ErrorCode::IdempotencyInProgress, Some("1"))
+        );
+        let (status, p, _) = answer(ReplayError::KeyReused);
+        assert_eq!((status, p.code), (422, ErrorCode::IdempotencyKeyReused));
+        assert_eq!(
+            p.detail.as_deref(),
+            Some("This Idempotency-Key was used with a different request; use a new key for a new request.")
+        );
+
+        let (status, p, _) = answer(OtpError::WrongCode { attempts_remaining: 3 });
+        assert_eq!((status, p.code, p.attempts_remaining), (400, ErrorCode::OtpInvalidCode, Some(3)));
+        let (status, p, retry_after) = answer(OtpError::VerifyRateLimited { retry_after_ms: 1_001 });
+        assert_eq!((status, p.code, retry_after.as_deref()), (429, ErrorCode::RateLimited, Some("2")));
+        let (status, p, _) = answer(OtpError::MissingScope(MissingScope(Scope::OtpCustomCode)));
+        assert_eq!((status, p.scope.as_deref()), (403, Some("otp:custom_code")));
+        assert_eq!(p.detail.as_deref(), Some("This credential lacks the `otp:custom_code` scope."));
+        let (status, p, _) = answer(OtpError::NotDelivered);
+        assert_eq!((status, p.code), (410, ErrorCode::OtpExpired));
+        let (status, p, _) = answer(OtpError::NotFound);
+        assert_eq!((status, p.detail.as_deref()), (404, Some("No such OTP transaction.")));
+
+        let id = DomainId::new();
+        let (status, p, _) = answer(DomainError::SenderNotVerified {
+            name: "mail.example.com".into(),
+            status: herald_common::api::domains::DomainStatus::Pending,
+            id: id.clone(),
+        });
+        assert_eq!((status, p.code), (422, ErrorCode::DomainNotVerified));
+        assert_eq!(
+            p.detail.unwrap(),
+            format!(
+                "The sending domain `mail.example.com` is pending ({id}): publish its records and verify it \
+                 before sending from it."
+            )
+        );
+        let (_, p, _) = answer(DomainError::NotASendingDomain("example.org".into()));
+        assert_eq!(
+            p.detail.as_deref(),
+            Some(
+                "`example.org` is not a sending domain of this tenant: add it (POST /api/v1/domains), publish \
+                 its records and verify it."
+            )
+        );
+        let (status, p, _) = answer(DomainError::AlreadyExists("example.org".into()));
+        assert_eq!(
+            (status, p.detail.as_deref()),
+            (409, Some("This tenant already has the domain `example.org`."))
+        );
+
+        let (status, p, _) = answer(InvalidFields::field("Idempotency-Key", "must be printable"));
+        assert_eq!((status, p.code, p.errors.len()), (422, ErrorCode::ValidationFailed, 1));
+        assert_eq!(p.detail.as_deref(), Some("`Idempotency-Key` must be printable"));
     }
 }

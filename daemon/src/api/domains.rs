@@ -47,7 +47,7 @@ async fn create_domain(
     AppJson(input): AppJson<DomainIn>,
 ) -> ApiResult<(StatusCode, Json<DomainOut>)> {
     let domain = domains::create(&state, principal.tenant_id(), input).await?;
-    Ok((StatusCode::CREATED, Json(domains::out(&domain, &state.config.spf_include)?)))
+    Ok((StatusCode::CREATED, Json(domains::out(&domain, &state.config.spf_include))))
 }
 
 /// The tenant's sending domains, by name.
@@ -63,8 +63,7 @@ async fn list_domains(
     TenantAuth(principal, _): TenantAuth<scopes::DomainsRead>,
 ) -> ApiResult<Json<DomainListOut>> {
     let records = state.store.list_domains(principal.tenant_id()).await?;
-    let domains =
-        records.iter().map(|d| domains::out(d, &state.config.spf_include)).collect::<ApiResult<Vec<_>>>()?;
+    let domains = records.iter().map(|d| domains::out(d, &state.config.spf_include)).collect();
     Ok(Json(DomainListOut { domains }))
 }
 
@@ -86,7 +85,7 @@ async fn get_domain(
     let not_found = || ApiError::not_found("domain");
     let id = DomainId::parse(&domain_id).map_err(|_| not_found())?;
     let domain = state.store.get_domain(principal.tenant_id(), &id).await?.ok_or_else(not_found)?;
-    Ok(Json(domains::out(&domain, &state.config.spf_include)?))
+    Ok(Json(domains::out(&domain, &state.config.spf_include)))
 }
 
 /// Removes a domain (`domains:write`); mail is no longer sent from it.
@@ -132,5 +131,5 @@ async fn verify_domain(
     let id = DomainId::parse(&domain_id).map_err(|_| not_found())?;
     let domain = state.store.get_domain(principal.tenant_id(), &id).await?.ok_or_else(not_found)?;
     let checked = domains::check(&state, &domain).await?.ok_or_else(not_found)?;
-    Ok(Json(domains::out(&checked, &state.config.spf_include)?))
+    Ok(Json(domains::out(&checked, &state.config.spf_include)))
 }

@@ -105,12 +105,13 @@ pub fn idempotency_key(
     };
     let key = value.to_str().map_err(|_| ApiError::field("Idempotency-Key", "must be printable ASCII"))?;
     let body: serde_json::Value = parse_json(body)?;
-    crate::service::notifications::idempotency_key(secret, key, &body).map(Some)
+    Ok(Some(crate::service::idempotent_replay::fingerprint(secret, key, &body)?))
 }
 
 /// The stored response of an earlier request with the same key, marked as replayed.
-pub fn replayed(status_code: u16, body: String) -> axum::response::Response {
+pub fn replayed(earlier: crate::service::idempotent_replay::Replay) -> axum::response::Response {
     use axum::{http::HeaderValue, response::IntoResponse};
+    let crate::service::idempotent_replay::Replay { status_code, body } = earlier;
     let status = StatusCode::from_u16(status_code).unwrap_or(StatusCode::OK);
     let content_type =
         if status.is_success() { "application/json" } else { herald_common::error::PROBLEM_CONTENT_TYPE };

@@ -52,7 +52,7 @@ async fn send_notification(
     let idempotency = idempotency_key(&headers, &bytes, &state.secret)?;
     Ok(match notifications::dispatch(&state, &key, input, idempotency).await? {
         Dispatched::Accepted(accepted) => (StatusCode::ACCEPTED, Json(accepted)).into_response(),
-        Dispatched::Replayed { status_code, body } => replayed(status_code, body),
+        Dispatched::Replayed(earlier) => replayed(earlier),
     })
 }
 

@@ -51,7 +51,7 @@ async fn send_otp(
     let idempotency = idempotency_key(&headers, &bytes, &state.secret)?;
     Ok(match otp::send(&state, &key, input, idempotency).await? {
         OtpSent::Sent(out) => Json(out).into_response(),
-        OtpSent::Replayed { status_code, body } => replayed(status_code, body),
+        OtpSent::Replayed(earlier) => replayed(earlier),
     })
 }
 
@@ -75,5 +75,5 @@ async fn verify_otp(
     ApiKeyAuth(key, _): ApiKeyAuth<scopes::OtpVerify>,
     AppJson(input): AppJson<OtpVerifyIn>,
 ) -> ApiResult<Json<OtpVerifyOut>> {
-    otp::verify(&state, &key, input).await.map(Json)
+    Ok(Json(otp::verify(&state, &key, input).await?))
 }

@@ -45,7 +45,8 @@ fn checked(input: &TemplateIn) -> ApiResult<()> {
         ("subject", input.subject.as_deref()),
         ("body", input.body.as_deref()),
         ("html_body", input.html_body.as_deref()),
-    ])
+    ])?;
+    Ok(())
 }
 
 const PROBLEM: &str = "application/problem+json";

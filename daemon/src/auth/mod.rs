@@ -18,9 +18,12 @@ use herald_common::{
     ids::{ApplicationId, KeyId, TenantId},
 };
 
-use crate::error::ApiError;
-
 pub use user::UserIdentity;
+
+/// A verified credential that lacks the scope an operation needs (a 403 naming it).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("This credential lacks the `{0}` scope.")]
+pub struct MissingScope(pub Scope);
 
 /// A scope a handler requires, as a type.
 pub trait RequiredScope: Send + Sync + 'static {
@@ -65,6 +68,12 @@ pub struct KeyPrincipal {
     pub scopes: Vec<Scope>,
 }
 
+impl KeyPrincipal {
+    pub fn require(&self, scope: Scope) -> Result<(), MissingScope> {
+        if self.scopes.contains(&scope) { Ok(()) } else { Err(MissingScope(scope)) }
+    }
+}
+
 /// Whoever is calling, once verified.
 #[derive(Clone, Debug)]
 pub enum Principal {
@@ -94,9 +103,9 @@ impl Principal {
         self.scopes().contains(&scope)
     }
 
-    pub fn require(&self, scope: Option<Scope>) -> Result<(), ApiError> {
+    pub fn require(&self, scope: Option<Scope>) -> Result<(), MissingScope> {
         match scope {
-            Some(scope) if !self.has(scope) => Err(ApiError::insufficient_scope(scope)),
+            Some(scope) if !self.has(scope) => Err(MissingScope(scope)),
             _ => Ok(()),
         }
     }

@@ -1,6 +1,12 @@
 //! Domain logic shared by the API handlers and the background tasks.
+//!
+//! Each area answers with its own error ([`notifications::DispatchError`], [`otp::OtpError`],
+//! [`domains::DomainError`], [`idempotent_replay::ReplayError`], and [`InvalidFields`] for bad
+//! input everywhere), saying what went wrong in the area's terms; none of them knows HTTP.
+//! `crate::error` is the one place they become problem responses.
 
 pub mod domains;
+pub mod idempotent_replay;
 pub mod notifications;
 pub mod otp;
 pub mod templates;
@@ -8,9 +14,27 @@ pub mod validate;
 
 use std::time::Duration;
 
+use herald_common::FieldError;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::AppState;
+
+/// Fields of a request that are not valid, each with what is wrong with it: every area's
+/// answer to bad input, reported all at once where the area can find them all.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid fields: {}", field_names(.0))]
+pub struct InvalidFields(pub Vec<FieldError>);
+
+impl InvalidFields {
+    /// One invalid field.
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self(vec![FieldError::new(field, message)])
+    }
+}
+
+fn field_names(errors: &[FieldError]) -> String {
+    errors.iter().map(|e| e.field.as_str()).collect::<Vec<_>>().join(", ")
+}
 
 /// Periodic upkeep, every ten minutes: activity counters that reached zero, expired idempotency
 /// keys, OTP failure records older than the longest limit window, and the open-stream records of

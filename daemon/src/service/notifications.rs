@@ -1,64 +1,50 @@
 //! Dispatch: validate a request for its channel, render its template, and store it with its
 //! delivery job and idempotency record in one transaction.
 
-use std::time::Duration;
-
 use herald_common::{
-    ErrorCode, FieldError, Timestamp,
+    FieldError, Timestamp,
     api::notifications::{Accepted, Channel, DeliveryStatus, NotificationAccepted, NotificationIn},
     ids::{NotificationId, UserId},
     mask::mask,
 };
 use serde_json::{Map, Value};
 
-use super::{templates, validate};
+use super::{
+    InvalidFields,
+    domains::DomainError,
+    idempotent_replay::{self, IDEMPOTENCY_TTL_MS, Replay, ReplayError},
+    templates, validate,
+};
 use crate::{
     auth::KeyPrincipal,
-    error::{ApiError, ApiResult},
-    secret::ServerSecret,
     state::AppState,
-    store::{DispatchResult, IdempotencyKey, IdempotentResponse, NewNotification},
+    store::{DispatchResult, IdempotencyKey, IdempotentResponse, NewNotification, StoreError},
 };
 
-/// How long an idempotency key is remembered.
-pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
-
-/// Checks an `Idempotency-Key` header (1 to 255 printable ASCII characters) and fingerprints
-/// the body it came with: an HMAC (keyed with the server secret, so a stored fingerprint cannot
-/// be tested against guessed recipients or codes) of its canonical JSON, so whitespace and key
-/// order do not matter.
-pub fn idempotency_key(secret: &ServerSecret, key: &str, body: &Value) -> ApiResult<IdempotencyKey> {
-    if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
-        return Err(ApiError::field("Idempotency-Key", "must be 1 to 255 printable ASCII characters"));
-    }
-    let canonical = serde_json::to_vec(&canonical(body)).unwrap_or_default();
-    let digest = secret.mac("herald.idempotency.v1", &[&canonical]);
-    Ok(IdempotencyKey {
-        key: key.to_owned(),
-        request_hash: digest.iter().map(|b| format!("{b:02x}")).collect(),
-    })
-}
-/// The value with object keys sorted at every level.
-fn canonical(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            Value::Object(entries.into_iter().map(|(k, v)| (k.clone(), canonical(v))).collect())
-        }
-        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
-        other => other.clone(),
-    }
+/// Why a dispatch was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    /// A field of the request, or the content its template rendered, is not valid.
+    #[error(transparent)]
+    Invalid(#[from] InvalidFields),
+    /// Its `from` is not on a domain the tenant may send from.
+    #[error(transparent)]
+    Sender(#[from] DomainError),
+    /// Its `Idempotency-Key` was used before and its response cannot be replayed.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    /// The accepted answer could not be written out for the idempotency record.
+    #[error("cannot serialize the answer: {0}")]
+    Answer(#[from] serde_json::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// The answer to a dispatch.
 pub enum Dispatched {
     Accepted(NotificationAccepted),
     /// A repeat of an earlier request with the same key: its stored response.
-    Replayed {
-        status_code: u16,
-        body: String,
-    },
+    Replayed(Replay),
 }
 
 pub async fn dispatch(
@@ -66,13 +52,12 @@ pub async fn dispatch(
     key: &KeyPrincipal,
     input: NotificationIn,
     idempotency: Option<IdempotencyKey>,
-) -> ApiResult<Dispatched> {
-    if let Some(idem) = &idempotency {
-        let earlier =
-            state.store.check_idempotency_key(&key.application_id, idem, state.clock.now_millis()).await?;
-        if earlier != DispatchResult::Created {
-            return answer_for_key(earlier);
-        }
+) -> Result<Dispatched, DispatchError> {
+    let now = state.clock.now_millis();
+    if let Some(earlier) =
+        idempotent_replay::earlier(&state.store, &key.application_id, idempotency.as_ref(), now).await?
+    {
+        return Ok(Dispatched::Replayed(earlier));
     }
     let notification = prepare(state, key, input).await?;
     let accepted = NotificationAccepted {
@@ -85,8 +70,8 @@ pub async fn dispatch(
         Some(key) => Some(IdempotentResponse {
             key,
             status_code: 202,
-            body: serde_json::to_string(&accepted).map_err(ApiError::internal)?,
-            ttl_ms: IDEMPOTENCY_TTL.as_millis() as i64,
+            body: serde_json::to_string(&accepted)?,
+            ttl_ms: IDEMPOTENCY_TTL_MS,
         }),
         None => None,
     };
@@ -101,34 +86,17 @@ pub async fn dispatch(
             Ok(Dispatched::Accepted(accepted))
         }
         // A concurrent request with the same key committed first.
-        other => answer_for_key(other),
-    }
-}
-
-fn answer_for_key(result: DispatchResult) -> ApiResult<Dispatched> {
-    earlier_response(result).map(|(status_code, body)| Dispatched::Replayed { status_code, body })
-}
-
-/// What an idempotency key already used by an earlier request means for this one: that
-/// request's stored response (status, body) to replay, or the error that explains why not.
-pub fn earlier_response(result: DispatchResult) -> ApiResult<(u16, String)> {
-    match result {
-        DispatchResult::Replay { status_code, body } => Ok((status_code, body)),
-        DispatchResult::KeyReused => Err(ApiError::new(
-            ErrorCode::IdempotencyKeyReused,
-            "This Idempotency-Key was used with a different request; use a new key for a new request.",
-        )),
-        DispatchResult::InFlight | DispatchResult::Created => Err(ApiError::new(
-            ErrorCode::IdempotencyInProgress,
-            "A request with this Idempotency-Key is still being processed; retry shortly.",
-        )
-        .with_header(axum::http::header::RETRY_AFTER, "1")),
+        other => Ok(Dispatched::Replayed(idempotent_replay::replay(other)?)),
     }
 }
 
 /// Renders `input`'s template (if any), validates the result for its channel and checks its
 /// sender: the notification to store.
-async fn prepare(state: &AppState, key: &KeyPrincipal, input: NotificationIn) -> ApiResult<NewNotification> {
+async fn prepare(
+    state: &AppState,
+    key: &KeyPrincipal,
+    input: NotificationIn,
+) -> Result<NewNotification, DispatchError> {
     let given = templates::Rendered {
         subject: input.subject.clone(),
         body: input.body.clone(),
@@ -140,15 +108,15 @@ async fn prepare(state: &AppState, key: &KeyPrincipal, input: NotificationIn) ->
                 .store
                 .get_template(&key.tenant_id, template_id)
                 .await?
-                .ok_or_else(|| ApiError::field("template_id", "no such template"))?;
+                .ok_or_else(|| InvalidFields::field("template_id", "no such template"))?;
             templates::render(&template, input.template_data.as_ref().unwrap_or(&Map::new()), given)?
         }
         None if input.template_data.is_some() => {
-            return Err(ApiError::field("template_data", "needs a template_id"));
+            return Err(InvalidFields::field("template_data", "needs a template_id").into());
         }
         None => given,
     };
-    let checked = check(&input, content).map_err(ApiError::validation)?;
+    let checked = check(&input, content).map_err(InvalidFields)?;
     if let Some(from) = &input.from {
         super::domains::check_sender(state, &key.tenant_id, from).await?;
     }

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use herald_common::{
-    ErrorCode, FieldError, Scope, Timestamp,
+    ErrorCode, FieldError, Problem, Scope, Timestamp,
     api::{
         notifications::Channel,
         otp::{
@@ -25,18 +25,16 @@ use rand::RngExt;
 use subtle::ConstantTimeEq;
 
 use super::{
-    notifications::{IDEMPOTENCY_TTL, earlier_response},
+    InvalidFields,
+    idempotent_replay::{self, IDEMPOTENCY_TTL_MS, Replay, ReplayError},
     validate,
 };
 use crate::{
-    auth::KeyPrincipal,
-    error::{ApiError, ApiResult},
+    auth::{KeyPrincipal, MissingScope},
     providers::OutgoingMessage,
     secret::{ServerSecret, random_token},
     state::AppState,
-    store::{
-        DispatchResult, IdempotencyKey, Limit, NewOtp, OtpMessages, OtpSendStart, OtpSnapshot, OtpVerdict,
-    },
+    store::{IdempotencyKey, Limit, NewOtp, OtpMessages, OtpSendStart, OtpSnapshot, OtpVerdict, StoreError},
 };
 
 pub const SEND_LIMIT: Limit = Limit { max: 5, window_ms: 10 * 60 * 1000 };
@@ -72,7 +70,49 @@ fn valid_custom_code(code: &str) -> bool {
 /// The answer to a send.
 pub enum OtpSent {
     Sent(OtpSendOut),
-    Replayed { status_code: u16, body: String },
+    /// A repeat of an earlier request with the same key: its stored response.
+    Replayed(Replay),
+}
+
+/// Why a send or a verification did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum OtpError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidFields),
+    /// The key may not do this: a code of the caller's own needs `otp:custom_code`.
+    #[error(transparent)]
+    MissingScope(#[from] MissingScope),
+    #[error("Too many codes sent to this recipient; at most 5 per 10 minutes.")]
+    SendRateLimited { retry_after_ms: i64 },
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    /// The provider did not take the code. Its problem is made here, not where the other errors
+    /// become problems, because it is also the idempotency key's stored response: a replay must
+    /// be the first answer byte for byte.
+    #[error("{}", .0.detail.as_deref().unwrap_or("delivery failed"))]
+    DeliveryFailed(Box<Problem>),
+    #[error("No such OTP transaction.")]
+    NotFound,
+    #[error("This code was already verified.")]
+    AlreadyVerified,
+    #[error("This code has expired; ask for a new one.")]
+    Expired,
+    #[error("This code was never delivered, so it cannot be verified; ask for a new one.")]
+    NotDelivered,
+    #[error("Too many wrong codes: this transaction is blocked for good; ask for a new code.")]
+    Tombstoned,
+    #[error("The code does not match.")]
+    WrongCode { attempts_remaining: u32 },
+    #[error("Too many failed verifications for this recipient; at most 20 per 24 hours.")]
+    VerifyRateLimited { retry_after_ms: i64 },
+    /// The task that sends the code ended without an answer (it panicked).
+    #[error("the code's delivery task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// The answer could not be written out for the idempotency record.
+    #[error("cannot serialize the answer: {0}")]
+    Answer(#[from] serde_json::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// A send request that passed [`check_send`].
@@ -128,19 +168,16 @@ pub async fn send(
     key: &KeyPrincipal,
     input: OtpSendIn,
     idempotency: Option<IdempotencyKey>,
-) -> ApiResult<OtpSent> {
+) -> Result<OtpSent, OtpError> {
     if input.code.is_some() {
         // The scope is checked before the code's format: without it, a code is not allowed at all.
-        key_scope(key, Scope::OtpCustomCode)?;
+        key.require(Scope::OtpCustomCode)?;
     }
-    let checked = check_send(&input).map_err(ApiError::validation)?;
+    let checked = check_send(&input).map_err(InvalidFields)?;
     let app = &key.application_id;
     let now = state.clock.now_millis();
-    if let Some(idem) = &idempotency {
-        let earlier = state.store.check_idempotency_key(app, idem, now).await?;
-        if earlier != DispatchResult::Created {
-            return answer_for_key(earlier);
-        }
+    if let Some(earlier) = idempotent_replay::earlier(&state.store, app, idempotency.as_ref(), now).await? {
+        return Ok(OtpSent::Replayed(earlier));
     }
 
     let code = input.code.clone().unwrap_or_else(|| generate_code(checked.length));
@@ -164,16 +201,15 @@ pub async fn send(
         expires_at: now + i64::from(checked.ttl) * 1000,
         created_at: now,
     };
-    let claim = idempotency.clone().map(|key| (key, IDEMPOTENCY_TTL.as_millis() as i64));
+    let claim = idempotency.clone().map(|key| (key, IDEMPOTENCY_TTL_MS));
     match state.store.begin_otp_send(otp, claim, SEND_LIMIT).await? {
         OtpSendStart::Started => {}
         OtpSendStart::RateLimited { retry_after_ms } => {
-            return Err(ApiError::rate_limited(
-                "Too many codes sent to this recipient; at most 5 per 10 minutes.",
-                retry_after_ms,
-            ));
+            return Err(OtpError::SendRateLimited { retry_after_ms });
         }
-        OtpSendStart::Idempotent(earlier) => return answer_for_key(earlier),
+        OtpSendStart::Idempotent(earlier) => {
+            return Ok(OtpSent::Replayed(idempotent_replay::replay(earlier)?));
+        }
     }
 
     // From here on the code is sent and the outcome recorded in a task of its own: if the
@@ -190,7 +226,7 @@ pub async fn send(
         ttl: checked.ttl,
         idempotency,
     };
-    tokio::spawn(deliver_code(state.clone(), pending)).await.map_err(ApiError::internal)?
+    tokio::spawn(deliver_code(state.clone(), pending)).await?
 }
 
 /// A code recorded as sent, on its way to the provider.
@@ -207,7 +243,7 @@ struct PendingCode {
 }
 
 /// Sends the code through the channel's provider and records the outcome.
-async fn deliver_code(state: AppState, pending: PendingCode) -> ApiResult<OtpSent> {
+async fn deliver_code(state: AppState, pending: PendingCode) -> Result<OtpSent, OtpError> {
     let PendingCode { tenant_id, application_id, id, channel, recipient, masked, code, ttl, idempotency } =
         pending;
     let messages = state.store.otp_messages(&application_id).await?;
@@ -236,30 +272,30 @@ async fn deliver_code(state: AppState, pending: PendingCode) -> ApiResult<OtpSen
                 channel,
                 expires_in_seconds: ttl,
             };
-            (200, serde_json::to_string(&out).map_err(ApiError::internal)?, Ok(OtpSent::Sent(out)))
+            (200, serde_json::to_string(&out)?, Ok(OtpSent::Sent(out)))
         }
         Err(e) => {
             let reason = e.reason().to_owned();
             state.store.fail_otp_send(&id, reason.clone(), state.clock.now_millis()).await?;
             tracing::warn!(transaction_id = %id, %channel, recipient = %masked, error = %reason, "OTP delivery failed");
             metrics::counter!("herald_otp_total", "event" => "failed").increment(1);
-            let error = ApiError::new(
+            let problem = Problem::new(
                 ErrorCode::DeliveryFailed,
                 format!(
                     "The provider did not accept the code ({reason}); transaction {id} is failed, ask for a new code."
                 ),
             );
-            (502, serde_json::to_string(error.problem()).map_err(ApiError::internal)?, Err(error))
+            (
+                problem.status,
+                serde_json::to_string(&problem)?,
+                Err(OtpError::DeliveryFailed(Box::new(problem))),
+            )
         }
     };
     if let Some(idem) = &idempotency {
         state.store.complete_idempotency_key(&application_id, &idem.key, status_code, body).await?;
     }
     result
-}
-
-fn key_scope(key: &KeyPrincipal, scope: Scope) -> ApiResult<()> {
-    if key.scopes.contains(&scope) { Ok(()) } else { Err(ApiError::insufficient_scope(scope)) }
 }
 
 /// The subject (email) and body of the message carrying `code`.
@@ -280,10 +316,6 @@ fn compose(channel: Channel, messages: &OtpMessages, code: &str, ttl: u32) -> (O
         ),
         _ => (None, fill(messages.otp_sms_body.as_deref().unwrap_or(DEFAULT_SMS_BODY))),
     }
-}
-
-fn answer_for_key(result: DispatchResult) -> ApiResult<OtpSent> {
-    earlier_response(result).map(|(status_code, body)| OtpSent::Replayed { status_code, body })
 }
 
 /// What a verification at `now` decides for a transaction in the state `snapshot` shows:
@@ -316,12 +348,15 @@ fn decide(
     OtpVerdict::Wrong { failed_attempts, tombstoned: failed_attempts >= MAX_FAILED_ATTEMPTS }
 }
 
-pub async fn verify(state: &AppState, key: &KeyPrincipal, input: OtpVerifyIn) -> ApiResult<OtpVerifyOut> {
-    let not_found = || ApiError::not_found("OTP transaction");
+pub async fn verify(
+    state: &AppState,
+    key: &KeyPrincipal,
+    input: OtpVerifyIn,
+) -> Result<OtpVerifyOut, OtpError> {
     if input.code.is_empty() || input.code.len() > 64 {
-        return Err(ApiError::field("code", "must be 1 to 64 characters"));
+        return Err(InvalidFields::field("code", "must be 1 to 64 characters").into());
     }
-    let id = OtpId::parse(&input.transaction_id).map_err(|_| not_found())?;
+    let id = OtpId::parse(&input.transaction_id).map_err(|_| OtpError::NotFound)?;
     let secret = state.secret.clone();
     let code = input.code;
     let now = state.clock.now_millis();
@@ -334,7 +369,7 @@ pub async fn verify(state: &AppState, key: &KeyPrincipal, input: OtpVerifyIn) ->
             })
         })
         .await?
-        .ok_or_else(not_found)?;
+        .ok_or(OtpError::NotFound)?;
     let event = match &verdict {
         OtpVerdict::Verified => "verified",
         OtpVerdict::Wrong { tombstoned: false, .. } => "invalid",
@@ -348,28 +383,14 @@ pub async fn verify(state: &AppState, key: &KeyPrincipal, input: OtpVerifyIn) ->
             transaction_id: id,
             verified_at: Timestamp::from_millis(now),
         }),
-        OtpVerdict::AlreadyVerified => {
-            Err(ApiError::new(ErrorCode::OtpAlreadyVerified, "This code was already verified."))
-        }
-        OtpVerdict::Expired { .. } => {
-            Err(ApiError::new(ErrorCode::OtpExpired, "This code has expired; ask for a new one."))
-        }
-        OtpVerdict::NotDelivered => Err(ApiError::new(
-            ErrorCode::OtpExpired,
-            "This code was never delivered, so it cannot be verified; ask for a new one.",
-        )),
-        OtpVerdict::Tombstoned | OtpVerdict::Wrong { tombstoned: true, .. } => Err(ApiError::new(
-            ErrorCode::OtpTombstoned,
-            "Too many wrong codes: this transaction is blocked for good; ask for a new code.",
-        )),
-        OtpVerdict::Wrong { failed_attempts, .. } => {
-            Err(ApiError::new(ErrorCode::OtpInvalidCode, "The code does not match.")
-                .with_attempts_remaining(u32::try_from(MAX_FAILED_ATTEMPTS - failed_attempts).unwrap_or(0)))
-        }
-        OtpVerdict::RateLimited { retry_after_ms } => Err(ApiError::rate_limited(
-            "Too many failed verifications for this recipient; at most 20 per 24 hours.",
-            retry_after_ms,
-        )),
+        OtpVerdict::AlreadyVerified => Err(OtpError::AlreadyVerified),
+        OtpVerdict::Expired { .. } => Err(OtpError::Expired),
+        OtpVerdict::NotDelivered => Err(OtpError::NotDelivered),
+        OtpVerdict::Tombstoned | OtpVerdict::Wrong { tombstoned: true, .. } => Err(OtpError::Tombstoned),
+        OtpVerdict::Wrong { failed_attempts, .. } => Err(OtpError::WrongCode {
+            attempts_remaining: u32::try_from(MAX_FAILED_ATTEMPTS - failed_attempts).unwrap_or(0),
+        }),
+        OtpVerdict::RateLimited { retry_after_ms } => Err(OtpError::VerifyRateLimited { retry_after_ms }),
     }
 }
 

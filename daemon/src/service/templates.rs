@@ -13,7 +13,8 @@ use herald_common::FieldError;
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::{Map, Value};
 
-use crate::{error::ApiError, store::TemplateRecord};
+use super::InvalidFields;
+use crate::store::TemplateRecord;
 
 /// Fuel for one render: enough for any notification, not for a runaway loop.
 const FUEL: u64 = 50_000;
@@ -36,7 +37,7 @@ fn part_name(field: &str) -> &'static str {
 }
 
 /// Checks that each part of a template compiles (for create and replace).
-pub fn check_syntax(parts: &[(&str, Option<&str>)]) -> Result<(), ApiError> {
+pub fn check_syntax(parts: &[(&str, Option<&str>)]) -> Result<(), InvalidFields> {
     let env = environment();
     let errors: Vec<FieldError> = parts
         .iter()
@@ -47,7 +48,7 @@ pub fn check_syntax(parts: &[(&str, Option<&str>)]) -> Result<(), ApiError> {
                 .map(|e| FieldError::new(*field, format!("is not a valid template: {}", describe(&e))))
         })
         .collect();
-    if errors.is_empty() { Ok(()) } else { Err(ApiError::validation(errors)) }
+    if errors.is_empty() { Ok(()) } else { Err(InvalidFields(errors)) }
 }
 
 fn describe(error: &minijinja::Error) -> String {
@@ -71,7 +72,7 @@ pub fn render(
     template: &TemplateRecord,
     data: &Map<String, Value>,
     request: Rendered,
-) -> Result<Rendered, ApiError> {
+) -> Result<Rendered, InvalidFields> {
     let env = environment();
     let parts = [
         ("subject", template.subject.as_deref(), request.subject),
@@ -85,7 +86,7 @@ pub fn render(
             // The template's part wins; the request's is only the fallback.
             (Some(source), _) => {
                 let tmpl = env.template_from_named_str(part_name(field), source).map_err(|e| {
-                    ApiError::field(
+                    InvalidFields::field(
                         "template_id",
                         format!("the template's {field} does not compile: {}", describe(&e)),
                     )
@@ -100,7 +101,7 @@ pub fn render(
     }
     if !missing.is_empty() {
         let names = missing.into_iter().collect::<Vec<_>>().join(", ");
-        return Err(ApiError::field(
+        return Err(InvalidFields::field(
             "template_data",
             format!("is missing variables the template uses: {names}"),
         ));
@@ -109,7 +110,7 @@ pub fn render(
     for (field, tmpl, given) in compiled {
         let text = match tmpl {
             Some(tmpl) => Some(tmpl.render(minijinja::value::Serde(data)).map_err(|e| {
-                ApiError::field(
+                InvalidFields::field(
                     "template_data",
                     format!("cannot render the template's {field}: {}", describe(&e)),
                 )
@@ -162,9 +163,8 @@ mod tests {
     fn missing_variables_are_named() {
         let t = template(Some("{{ a }}"), Some("{{ b }} {{ c.d }}"), None);
         let err = render(&t, &data(json!({"a": 1})), Rendered::default()).unwrap_err();
-        let p = err.problem();
-        assert_eq!(p.errors[0].field, "template_data");
-        assert!(p.errors[0].message.ends_with("b, c"), "{}", p.errors[0].message);
+        assert_eq!(err.0[0].field, "template_data");
+        assert!(err.0[0].message.ends_with("b, c"), "{}", err.0[0].message);
     }
 
     #[test]
@@ -193,12 +193,12 @@ mod tests {
             None,
         );
         let err = render(&t, &Map::new(), Rendered::default()).unwrap_err();
-        assert_eq!(err.problem().errors[0].field, "template_data");
+        assert_eq!(err.0[0].field, "template_data");
     }
 
     #[test]
     fn syntax_errors_name_the_part() {
         let err = check_syntax(&[("subject", Some("ok")), ("body", Some("{% if %}"))]).unwrap_err();
-        assert_eq!(err.problem().errors[0].field, "body");
+        assert_eq!(err.0[0].field, "body");
     }
 }

@@ -7,7 +7,7 @@ pub mod checks;
 use std::time::Duration;
 
 use herald_common::{
-    ErrorCode, Timestamp,
+    Timestamp,
     api::domains::{
         DEFAULT_DKIM_SELECTOR, DmarcOut, DnsRecordOut, DomainIn, DomainOut, DomainStatus, RecordPurpose,
         normalize_domain_name, normalize_selector,
@@ -17,12 +17,39 @@ use herald_common::{
 use tokio_util::sync::CancellationToken;
 
 use self::checks::{Checks, RecordCheck, Schedule};
+use super::InvalidFields;
 use crate::{
     dkim,
-    error::{ApiError, ApiResult},
     state::AppState,
-    store::{DomainCheck, DomainRecord, StoreResult},
+    store::{DomainCheck, DomainRecord, StoreError, StoreResult},
 };
+
+/// What can go wrong with a tenant's sending domains, and with sending from one.
+#[derive(Debug, thiserror::Error)]
+pub enum DomainError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidFields),
+    #[error("This tenant already has the domain `{0}`.")]
+    AlreadyExists(String),
+    #[error("No such domain.")]
+    NotFound,
+    /// A `from` on one of the tenant's domains that mail may not be sent from (yet).
+    #[error(
+        "The sending domain `{name}` is {status} ({id}): publish its records and verify it before sending from it."
+    )]
+    SenderNotVerified { name: String, status: DomainStatus, id: DomainId },
+    /// A `from` on a domain the tenant does not have.
+    #[error(
+        "`{0}` is not a sending domain of this tenant: add it (POST /api/v1/domains), publish its \
+         records and verify it."
+    )]
+    NotASendingDomain(String),
+    /// The domain's DKIM key pair could not be made or sealed.
+    #[error("cannot make the domain's DKIM key: {0:#}")]
+    Key(anyhow::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// What a domain must publish, derived from the stored domain and the configured SPF include.
 struct Expected {
@@ -68,7 +95,7 @@ fn stored_checks(domain: &DomainRecord) -> Checks {
 }
 
 /// The API form of a stored domain.
-pub fn out(domain: &DomainRecord, spf_include: &str) -> ApiResult<DomainOut> {
+pub fn out(domain: &DomainRecord, spf_include: &str) -> DomainOut {
     let expected = Expected::of(domain, spf_include);
     let checks = stored_checks(domain);
     let record = |purpose, (host, value): (String, String), check: RecordCheck| DnsRecordOut {
@@ -80,7 +107,7 @@ pub fn out(domain: &DomainRecord, spf_include: &str) -> ApiResult<DomainOut> {
         status: check.status,
         detail: check.detail,
     };
-    Ok(DomainOut {
+    DomainOut {
         domain_id: domain.id.clone(),
         name: domain.name.clone(),
         status: domain.status,
@@ -99,7 +126,7 @@ pub fn out(domain: &DomainRecord, spf_include: &str) -> ApiResult<DomainOut> {
             value: checks.dmarc.value,
             detail: checks.dmarc.detail,
         }),
-    })
+    }
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -116,24 +143,26 @@ fn schedule(state: &AppState) -> Schedule {
 
 /// Registers a domain for the tenant: a challenge token and a new DKIM key pair; `pending`
 /// until its records are found.
-pub async fn create(state: &AppState, tenant_id: &TenantId, input: DomainIn) -> ApiResult<DomainRecord> {
-    let name = normalize_domain_name(&input.name).map_err(|m| ApiError::field("name", m))?;
+pub async fn create(
+    state: &AppState,
+    tenant_id: &TenantId,
+    input: DomainIn,
+) -> Result<DomainRecord, DomainError> {
+    let name = normalize_domain_name(&input.name).map_err(|m| InvalidFields::field("name", m))?;
     let selector = normalize_selector(input.dkim_selector.as_deref().unwrap_or(DEFAULT_DKIM_SELECTOR))
-        .map_err(|m| ApiError::field("dkim_selector", m))?;
-    let exists =
-        || ApiError::new(ErrorCode::Conflict, format!("This tenant already has the domain `{name}`."));
+        .map_err(|m| InvalidFields::field("dkim_selector", m))?;
     // Checked first so a duplicate does not cost a key pair; the insert checks again.
     if state.store.find_domain_by_name(tenant_id, &name).await?.is_some() {
-        return Err(exists());
+        return Err(DomainError::AlreadyExists(name));
     }
     let id = DomainId::new();
     let key = tokio::task::spawn_blocking(dkim::generate_key)
         .await
-        .map_err(ApiError::internal)?
-        .map_err(ApiError::internal)?;
+        .map_err(|e| DomainError::Key(e.into()))?
+        .map_err(DomainError::Key)?;
     let now = state.clock.now_millis();
     let record = DomainRecord {
-        dkim_private_key: dkim::keys::seal(&state.secret, &id, &key.pkcs8_der).map_err(ApiError::internal)?,
+        dkim_private_key: dkim::keys::seal(&state.secret, &id, &key.pkcs8_der).map_err(DomainError::Key)?,
         id,
         tenant_id: tenant_id.clone(),
         name: name.clone(),
@@ -148,7 +177,7 @@ pub async fn create(state: &AppState, tenant_id: &TenantId, input: DomainIn) -> 
         next_check_at: Some(now + schedule(state).pending),
     };
     if !state.store.create_domain(record.clone()).await? {
-        return Err(exists());
+        return Err(DomainError::AlreadyExists(name));
     }
     tracing::info!(domain_id = %record.id, domain = %record.name, "sending domain added");
     Ok(record)
@@ -197,11 +226,10 @@ pub async fn check(state: &AppState, domain: &DomainRecord) -> StoreResult<Optio
 }
 
 /// Removes a domain; mail is no longer sent from it.
-pub async fn delete(state: &AppState, tenant_id: &TenantId, domain_id: &DomainId) -> ApiResult<()> {
-    let domain =
-        state.store.get_domain(tenant_id, domain_id).await?.ok_or_else(|| ApiError::not_found("domain"))?;
+pub async fn delete(state: &AppState, tenant_id: &TenantId, domain_id: &DomainId) -> Result<(), DomainError> {
+    let domain = state.store.get_domain(tenant_id, domain_id).await?.ok_or(DomainError::NotFound)?;
     if !state.store.delete_domain(tenant_id, domain_id).await? {
-        return Err(ApiError::not_found("domain"));
+        return Err(DomainError::NotFound);
     }
     state.signers.forget(tenant_id, &domain.name);
     tracing::info!(%domain_id, domain = %domain.name, "sending domain removed");
@@ -209,24 +237,12 @@ pub async fn delete(state: &AppState, tenant_id: &TenantId, domain_id: &DomainId
 }
 
 /// Accepts `from` only on one of the tenant's domains that mail may be sent from.
-pub async fn check_sender(state: &AppState, tenant_id: &TenantId, from: &str) -> ApiResult<()> {
+pub async fn check_sender(state: &AppState, tenant_id: &TenantId, from: &str) -> Result<(), DomainError> {
     let name = dkim::domain_of(from);
     match state.store.find_domain_by_name(tenant_id, &name).await? {
         Some(domain) if domain.verified_at.is_some() => Ok(()),
-        Some(domain) => Err(ApiError::new(
-            ErrorCode::DomainNotVerified,
-            format!(
-                "The sending domain `{name}` is {} ({}): publish its records and verify it before sending from it.",
-                domain.status, domain.id
-            ),
-        )),
-        None => Err(ApiError::new(
-            ErrorCode::DomainNotVerified,
-            format!(
-                "`{name}` is not a sending domain of this tenant: add it (POST /api/v1/domains), publish its \
-                 records and verify it."
-            ),
-        )),
+        Some(domain) => Err(DomainError::SenderNotVerified { name, status: domain.status, id: domain.id }),
+        None => Err(DomainError::NotASendingDomain(name)),
     }
 }
 
