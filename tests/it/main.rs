@@ -21,3 +21,4 @@ mod stream;
 mod supervision;
 mod terminal;
 mod tui;
+mod unavailable;
