@@ -41,8 +41,8 @@ impl Exit {
         use ErrorCode::*;
         match problem.code {
             InvalidJson | ValidationFailed | PayloadTooLarge | UnsupportedMediaType | RouteNotFound
-            | MethodNotAllowed => Exit::Usage,
-            Unauthorized | InsufficientScope => Exit::Auth,
+            | MethodNotAllowed | InvalidReceipt => Exit::Usage,
+            Unauthorized | InsufficientScope | InvalidSignature => Exit::Auth,
             NotFound => Exit::NotFound,
             Conflict
             | IdempotencyKeyReused

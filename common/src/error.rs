@@ -31,6 +31,10 @@ pub enum ErrorCode {
     NotRetryable,
     RateLimited,
     DomainNotVerified,
+    /// A provider's callback whose signature is missing or wrong (CONTRACT §8).
+    InvalidSignature,
+    /// A provider's callback whose body is not one it sends.
+    InvalidReceipt,
     Unavailable,
     Internal,
 }
@@ -39,9 +43,9 @@ impl ErrorCode {
     pub fn status(self) -> u16 {
         use ErrorCode::*;
         match self {
-            InvalidJson | OtpInvalidCode => 400,
+            InvalidJson | OtpInvalidCode | InvalidReceipt => 400,
             Unauthorized => 401,
-            InsufficientScope => 403,
+            InsufficientScope | InvalidSignature => 403,
             NotFound | RouteNotFound => 404,
             MethodNotAllowed => 405,
             Conflict | IdempotencyInProgress | OtpAlreadyVerified | NotRetryable => 409,
@@ -80,6 +84,8 @@ impl ErrorCode {
             NotRetryable => "Not retryable",
             RateLimited => "Rate limited",
             DomainNotVerified => "Domain not verified",
+            InvalidSignature => "Invalid signature",
+            InvalidReceipt => "Malformed receipt",
             Unavailable => "Service unavailable",
             Internal => "Internal error",
         }
@@ -108,6 +114,8 @@ impl ErrorCode {
             NotRetryable => "not_retryable",
             RateLimited => "rate_limited",
             DomainNotVerified => "domain_not_verified",
+            InvalidSignature => "invalid_signature",
+            InvalidReceipt => "invalid_receipt",
             Unavailable => "unavailable",
             Internal => "internal",
         }

@@ -16,7 +16,7 @@ use crate::{
     auth::MissingScope,
     service::{
         InvalidFields, domains::DomainError, idempotent_replay::ReplayError, notifications::DispatchError,
-        otp::OtpError,
+        otp::OtpError, receipts::ReceiptError,
     },
     store::StoreError,
 };
@@ -210,6 +210,17 @@ impl From<DispatchError> for ApiError {
             DispatchError::Replay(e) => e.into(),
             DispatchError::Answer(e) => ApiError::internal(e),
             DispatchError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<ReceiptError> for ApiError {
+    fn from(error: ReceiptError) -> Self {
+        let detail = error.to_string();
+        match error {
+            ReceiptError::InvalidSignature => ApiError::new(ErrorCode::InvalidSignature, detail),
+            ReceiptError::Malformed(_) => ApiError::new(ErrorCode::InvalidReceipt, detail),
+            ReceiptError::Store(e) => e.into(),
         }
     }
 }

@@ -13,6 +13,7 @@ mod identity;
 mod inbox;
 mod notifications;
 mod otp;
+mod receipts;
 mod templates;
 mod users;
 
@@ -100,7 +101,8 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
         .merge(activity::router())
         .merge(inbox::router())
         .merge(templates::router())
-        .merge(domains::router());
+        .merge(domains::router())
+        .merge(receipts::router());
     if dev { router.merge(dev::router()) } else { router }
 }
 

@@ -77,6 +77,11 @@ keys! {
     "whatsapp_api_version" => Some("v21.0"), "Cloud API version path segment.";
     "whatsapp_phone_number_id" => None, "Cloud API phone number id (required with whatsapp_provider=meta).";
     "whatsapp_token" => None, "Cloud API bearer token (required with whatsapp_provider=meta).";
+    "public_url" => None, "The URL the providers reach this daemon at (https://herald.example.com): Twilio's StatusCallback and its signatures use it. Unset: http://<listen>.";
+    "whatsapp_app_secret" => None, "Meta app secret: the key of the Cloud API webhook's X-Hub-Signature-256. Unset: WhatsApp receipts are refused.";
+    "whatsapp_verify_token" => None, "The token Meta's webhook verification (GET /api/v1/receipts/whatsapp) must present. Unset: verification is refused.";
+    "bounce_listen" => None, "Address of the SMTP listener for bounce and complaint reports (the bounce domain's MX delivers there), e.g. 0.0.0.0:25. Unset: off (--dev: 127.0.0.1:2525).";
+    "bounce_domain" => None, "Domain of the VERP return path bounces+<token>@<domain>. Unset: the domain of HERALD_EMAIL_FROM.";
     "dns_nameservers" => None, "Comma-separated ip:port list for domain verification; unset: the system resolver.";
     "spf_include" => Some("spf.herald.localhost"), "What a sending domain's SPF record must include.";
     "dns_timeout" => Some("5s"), "How long one DNS query of a domain check may take (ms/s/m/h); then it is tried once more, and a second timeout is a temporary failure.";
@@ -216,6 +221,14 @@ pub struct Config {
     pub log: String,
     pub log_format: LogFormat,
     /// Development mode: a built-in identity provider and printed credentials.
+    /// The URL the providers reach this daemon at, without a trailing slash.
+    pub public_url: String,
+    pub whatsapp_app_secret: Option<Secret>,
+    pub whatsapp_verify_token: Option<Secret>,
+    /// The bounce SMTP listener's address, if it runs.
+    pub bounce_listen: Option<SocketAddr>,
+    /// The domain of the VERP return path.
+    pub bounce_domain: String,
     pub dev: bool,
 }
 
@@ -313,11 +326,24 @@ impl Layers {
     pub fn build(self, dev: bool) -> Result<Config, ConfigError> {
         let mut p = parse::Parser { layers: &self, errors: self.errors.clone() };
         let sections = (p.server(), p.storage(), p.delivery(), p.domains(), p.operators(), p.logging());
-        let (Some(server), Some(storage), Some(delivery), Some(domains), Some(operators), Some(logging)) =
-            sections
+        let receipts = p.receipts(dev);
+        let (
+            Some(server),
+            Some(storage),
+            Some(delivery),
+            Some(domains),
+            Some(operators),
+            Some(logging),
+            Some(receipts),
+        ) = (sections.0, sections.1, sections.2, sections.3, sections.4, sections.5, receipts)
         else {
             return Err(ConfigError(p.errors));
         };
+        let public_url = receipts.public_url.unwrap_or_else(|| format!("http://{}", server.listen));
+        let bounce_domain = receipts.bounce_domain.unwrap_or_else(|| {
+            let address = delivery.email_from.rsplit('<').next().unwrap_or_default().trim_end_matches('>');
+            address.rsplit('@').next().unwrap_or("localhost").to_ascii_lowercase()
+        });
         if !p.errors.is_empty() {
             return Err(ConfigError(p.errors));
         }
@@ -350,6 +376,11 @@ impl Layers {
             operator_jwks_max_age: operators.operator_jwks_max_age,
             log: logging.log,
             log_format: logging.log_format,
+            public_url,
+            whatsapp_app_secret: receipts.whatsapp_app_secret,
+            whatsapp_verify_token: receipts.whatsapp_verify_token,
+            bounce_listen: receipts.bounce_listen,
+            bounce_domain,
             dev,
         })
     }

@@ -57,6 +57,15 @@ pub(super) struct Operators {
     pub operator_jwks_max_age: Duration,
 }
 
+/// Receipts from the providers: where they reach the daemon, and their keys.
+pub(super) struct Receipts {
+    pub public_url: Option<String>,
+    pub whatsapp_app_secret: Option<Secret>,
+    pub whatsapp_verify_token: Option<Secret>,
+    pub bounce_listen: Option<SocketAddr>,
+    pub bounce_domain: Option<String>,
+}
+
 pub(super) struct Logging {
     pub log: String,
     pub log_format: LogFormat,
@@ -209,6 +218,37 @@ impl Parser<'_> {
             operator_algorithms: operator_algorithms?,
             operator_jwks_refresh: operator_jwks_refresh?,
             operator_jwks_max_age: operator_jwks_max_age?,
+        })
+    }
+
+    pub(super) fn receipts(&mut self, dev: bool) -> Option<Receipts> {
+        let public_url = self.optional("public_url", |v| {
+            if (v.starts_with("http://") || v.starts_with("https://")) && v.len() > "https://".len() {
+                Ok(v.trim_end_matches('/').to_owned())
+            } else {
+                Err("must be an http:// or https:// URL".to_owned())
+            }
+        });
+        let whatsapp_app_secret = self.optional("whatsapp_app_secret", |v| Ok(Secret::new(v.to_owned())));
+        let whatsapp_verify_token = self.optional("whatsapp_verify_token", |v| Ok(Secret::new(v.to_owned())));
+        let bounce_listen = self
+            .optional("bounce_listen", |v| {
+                v.parse::<SocketAddr>().map_err(|_| "must be an address such as 0.0.0.0:25".to_owned())
+            })
+            .or_else(|| dev.then(|| SocketAddr::from(([127, 0, 0, 1], 2525))));
+        let bounce_domain = self.optional("bounce_domain", |v| {
+            if v.is_empty() || v.contains(|c: char| c.is_whitespace() || c == '@') {
+                Err("must be a domain name".to_owned())
+            } else {
+                Ok(v.to_ascii_lowercase())
+            }
+        });
+        Some(Receipts {
+            public_url,
+            whatsapp_app_secret,
+            whatsapp_verify_token,
+            bounce_listen,
+            bounce_domain,
         })
     }
 
