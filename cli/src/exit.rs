@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use herald_common::{ErrorCode, Problem, client::ClientError};
 
-use crate::output::{Tone, paint};
+use crate::style::{Tone, paint};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
@@ -204,5 +204,12 @@ mod tests {
         assert_eq!(code(ErrorCode::RateLimited), 6);
         assert_eq!(code(ErrorCode::Internal), 7);
         assert_eq!(code(ErrorCode::OtpInvalidCode), 1);
+    }
+
+    #[test]
+    fn exit_does_not_reach_back_into_output() {
+        // `output` fails with `Fail`; what both need (painting) lives below them in `style`.
+        let this = include_str!("exit.rs");
+        assert!(!this.contains(concat!("crate::", "output")), "exit.rs imports output: a cycle");
     }
 }

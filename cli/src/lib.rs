@@ -7,6 +7,7 @@ mod cmd;
 mod context;
 mod exit;
 mod output;
+mod style;
 
 use std::process::ExitCode;
 

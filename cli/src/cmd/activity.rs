@@ -21,7 +21,8 @@ use super::{confirm, progress, when};
 use crate::{
     context::Context,
     exit::{Exit, Fail, Interrupt},
-    output::{Cell, Format, Output, Table, Tone, cell, line, short},
+    output::{Cell, Format, Output, Table, cell, line, short},
+    style::Tone,
 };
 
 #[derive(clap::Args, Clone, Default)]

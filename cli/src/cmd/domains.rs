@@ -12,7 +12,8 @@ use herald_common::{
 use crate::{
     context::Context,
     exit::{Exit, Fail},
-    output::{Format, Output, Table, Tone, cell, short},
+    output::{Format, Output, Table, cell, short},
+    style::Tone,
 };
 
 #[derive(clap::Subcommand)]

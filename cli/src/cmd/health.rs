@@ -5,7 +5,8 @@ use herald_common::api::health::TaskState;
 use crate::{
     context::Context,
     exit::Fail,
-    output::{Cell, Table, Tone, cell},
+    output::{Cell, Table, cell},
+    style::Tone,
 };
 
 pub async fn health(ctx: &Context) -> Result<(), Fail> {

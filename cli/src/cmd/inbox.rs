@@ -9,7 +9,8 @@ use herald_common::{
 use crate::{
     context::Context,
     exit::Fail,
-    output::{Format, Output, Table, Tone, cell, short},
+    output::{Format, Output, Table, cell, short},
+    style::Tone,
 };
 
 #[derive(clap::Args)]

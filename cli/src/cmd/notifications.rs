@@ -5,7 +5,8 @@ use herald_common::api::notifications::{AttemptOut, NotificationOut};
 use crate::{
     context::Context,
     exit::Fail,
-    output::{Cell, Output, Table, Tone, cell, short},
+    output::{Cell, Output, Table, cell, short},
+    style::Tone,
 };
 
 #[derive(clap::Subcommand)]

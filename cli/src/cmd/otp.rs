@@ -15,7 +15,8 @@ use herald_common::{
 use crate::{
     context::Context,
     exit::{Exit, Fail},
-    output::{Output, Tone, cell},
+    output::{Output, cell},
+    style::Tone,
 };
 
 #[derive(clap::Subcommand)]

@@ -10,11 +10,7 @@ use herald_common::{
 };
 
 use super::{Bodies, key_value, object};
-use crate::{
-    context::Context,
-    exit::Fail,
-    output::{Tone, cell},
-};
+use crate::{context::Context, exit::Fail, output::cell, style::Tone};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -10,7 +10,8 @@ use herald_common::{
 use crate::{
     context::Context,
     exit::{Exit, Fail, Interrupt},
-    output::{Format, Output, Tone, paint, short},
+    output::{Format, Output, short},
+    style::{Tone, paint},
 };
 
 #[derive(clap::Args)]

@@ -341,16 +341,16 @@ fn summary(
         Format::Table => {
             let mut fields = vec![
                 ("rows", total.to_string().into()),
-                ("sent", crate::output::cell(tally.sent.to_string(), crate::output::Tone::Good)),
+                ("sent", crate::output::cell(tally.sent.to_string(), crate::style::Tone::Good)),
                 ("already sent", tally.already.to_string().into()),
                 (
                     "refused",
                     crate::output::cell(
                         tally.refused.len().to_string(),
                         if tally.refused.is_empty() {
-                            crate::output::Tone::Plain
+                            crate::style::Tone::Plain
                         } else {
-                            crate::output::Tone::Bad
+                            crate::style::Tone::Bad
                         },
                     ),
                 ),
