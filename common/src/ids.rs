@@ -204,6 +204,25 @@ impl From<OtpId> for TransactionId {
     }
 }
 
+// By reference too, so a call that names an activity item takes `&notification_id` as it is.
+impl From<&NotificationId> for TransactionId {
+    fn from(id: &NotificationId) -> Self {
+        TransactionId::Notification(id.clone())
+    }
+}
+
+impl From<&OtpId> for TransactionId {
+    fn from(id: &OtpId) -> Self {
+        TransactionId::Otp(id.clone())
+    }
+}
+
+impl From<&TransactionId> for TransactionId {
+    fn from(id: &TransactionId) -> Self {
+        id.clone()
+    }
+}
+
 impl utoipa::PartialSchema for TransactionId {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         utoipa::openapi::ObjectBuilder::new()

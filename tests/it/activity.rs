@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use herald_common::{
-    ErrorCode, Problem, Scope,
+    ErrorCode, Problem, Scope, Timestamp,
     api::{
         activity::{ActivityItem, BulkRetryIn},
         notifications::{Channel, NotificationIn},
@@ -26,12 +26,13 @@ fn problem_of(error: herald_common::client::ClientError) -> Problem {
 }
 
 fn query(status: Option<&str>) -> ActivityQuery {
-    ActivityQuery { status: status.map(Into::into), limit: Some(100), ..Default::default() }
+    ActivityQuery { status: status.map(|s| s.parse().unwrap()), limit: Some(100), ..Default::default() }
 }
 
 async fn item_in(operator: &Client, id: &str, status: &str) -> ActivityItem {
     eventually(&format!("{id} to be {status}"), Duration::from_secs(15), || async {
-        let detail = operator.activity_item(id).await.ok()?;
+        let detail =
+            operator.activity_item(&herald_common::ids::TransactionId::parse(id).unwrap()).await.ok()?;
         (detail.item.status == status).then_some(detail.item)
     })
     .await
@@ -64,15 +65,15 @@ async fn failures_and_manual_retry(backend: Backend) {
     let failed = item_in(&operator, busy.notification_id.as_str(), "failed").await;
     assert!(failed.retryable, "a 451 that never cleared is retryable");
     assert_eq!(failed.retry_count, 0);
-    let detail = operator.activity_item(busy.notification_id.as_str()).await.unwrap();
+    let detail = operator.activity_item(&busy.notification_id).await.unwrap();
     assert_eq!(detail.attempts.len(), 3, "retried automatically before failing");
 
-    let p = problem_of(operator.retry(gone.notification_id.as_str()).await.unwrap_err());
+    let p = problem_of(operator.retry(&gone.notification_id).await.unwrap_err());
     assert_eq!((p.status, p.code), (409, ErrorCode::NotRetryable));
 
     // The peer recovers; an operator retries; the message goes out.
     smtp.clear_rules();
-    let queued = operator.retry(busy.notification_id.as_str()).await.unwrap();
+    let queued = operator.retry(&busy.notification_id).await.unwrap();
     assert_eq!(
         (queued.status.as_str(), queued.transaction_id.as_str()),
         ("retry_queued", busy.notification_id.as_str())
@@ -80,7 +81,7 @@ async fn failures_and_manual_retry(backend: Backend) {
     let sent = item_in(&operator, busy.notification_id.as_str(), "sent").await;
     assert_eq!(sent.retry_count, 1);
     assert!(sent.failure_reason.is_none());
-    let detail = operator.activity_item(busy.notification_id.as_str()).await.unwrap();
+    let detail = operator.activity_item(&busy.notification_id).await.unwrap();
     assert_eq!(detail.attempts.last().unwrap().outcome, "sent");
     assert_eq!(detail.attempts.len(), 4, "the history keeps the failed attempts");
     assert_eq!(smtp.wait_for(1, Duration::from_secs(5)).await[0].rcpt_tos, ["busy@example.com"]);
@@ -101,7 +102,7 @@ async fn concurrent_retries_queue_once(backend: Backend) {
     item_in(&key, id.as_str(), "failed").await;
     let retries: Vec<_> = (0..10)
         .map(|_| {
-            let (key, id) = (key.clone(), id.to_string());
+            let (key, id) = (key.clone(), id.clone());
             tokio::spawn(async move { key.retry(&id).await.map(|_| ()).map_err(problem_of) })
         })
         .collect();
@@ -189,25 +190,28 @@ async fn feed_filters_pages_and_masks(backend: Backend) {
     );
 
     let by_channel =
-        operator.activity(&ActivityQuery { channel: Some("sms".into()), ..query(None) }).await.unwrap();
+        operator.activity(&ActivityQuery { channel: Some(Channel::Sms), ..query(None) }).await.unwrap();
     assert_eq!(by_channel.total_count, 1);
     let by_app = operator
-        .activity(&ActivityQuery {
-            application_id: Some(second_app.application_id.to_string()),
-            ..query(None)
-        })
+        .activity(&ActivityQuery { application_id: Some(second_app.application_id.clone()), ..query(None) })
         .await
         .unwrap();
     assert_eq!(by_app.total_count, 39);
     let delivered = operator.activity(&query(Some("delivered"))).await.unwrap();
     assert_eq!(delivered.total_count, 41);
     let future = operator
-        .activity(&ActivityQuery { from: Some("2999-01-01T00:00:00Z".into()), ..query(None) })
+        .activity(&ActivityQuery {
+            from: Some(Timestamp::parse("2999-01-01T00:00:00Z").unwrap()),
+            ..query(None)
+        })
         .await
         .unwrap();
     assert_eq!(future.total_count, 0);
     let past = operator
-        .activity(&ActivityQuery { to: Some("2000-01-01T00:00:00Z".into()), ..query(None) })
+        .activity(&ActivityQuery {
+            to: Some(Timestamp::parse("2000-01-01T00:00:00Z").unwrap()),
+            ..query(None)
+        })
         .await
         .unwrap();
     assert_eq!(past.total_count, 0);
@@ -261,22 +265,24 @@ async fn scopes_and_tenants_are_enforced() {
     item_in(&key_a, id.as_str(), "failed").await;
 
     let reader = d.with_token(&d.idp.operator_token(&a.tenant_id, &[Scope::ActivityRead]));
-    let p = problem_of(reader.retry(id.as_str()).await.unwrap_err());
+    let p = problem_of(reader.retry(&id).await.unwrap_err());
     assert_eq!((p.status, p.scope.as_deref()), (403, Some("activity:retry")));
     let nobody = d.with_token(&d.idp.operator_token(&a.tenant_id, &[Scope::ActivityRetry]));
     let p = problem_of(nobody.activity(&ActivityQuery::default()).await.unwrap_err());
     assert_eq!((p.status, p.scope.as_deref()), (403, Some("activity:read")));
 
     let other = d.with_token(&d.idp.operator_token(&b.tenant_id, &Scope::ALL));
-    assert_eq!(problem_of(other.activity_item(id.as_str()).await.unwrap_err()).status, 404);
-    assert_eq!(problem_of(other.retry(id.as_str()).await.unwrap_err()).status, 404);
+    assert_eq!(problem_of(other.activity_item(&id).await.unwrap_err()).status, 404);
+    assert_eq!(problem_of(other.retry(&id).await.unwrap_err()).status, 404);
     assert_eq!(other.activity(&ActivityQuery::default()).await.unwrap().total_count, 0);
-    assert_eq!(problem_of(key_a.retry("notif_nope").await.unwrap_err()).status, 404);
+    let malformed = key_a.request(reqwest::Method::POST, "/api/v1/activity/notif_nope/retry");
+    let malformed = Client::send::<serde_json::Value>(malformed).await;
+    assert_eq!(problem_of(malformed.unwrap_err()).status, 404);
 
     let otp = key_a.send_otp(&OtpSendIn::new(Channel::Sms, "+14155550100"), None).await.unwrap();
-    let p = problem_of(key_a.retry(otp.transaction_id.as_str()).await.unwrap_err());
+    let p = problem_of(key_a.retry(&otp.transaction_id).await.unwrap_err());
     assert_eq!(p.code, ErrorCode::NotRetryable, "OTP codes are never retried");
-    let detail = key_a.activity_item(otp.transaction_id.as_str()).await.unwrap();
+    let detail = key_a.activity_item(&otp.transaction_id).await.unwrap();
     assert_eq!((detail.item.channel, detail.failed_verifications), (Channel::Sms, Some(0)));
 
     // Bulk retry by filter.
@@ -352,7 +358,7 @@ async fn operator_stream(backend: Backend) {
         .err()
         .unwrap();
     assert_eq!(bad.status, 422);
-    let user = key.user_token("u", None).await.unwrap().token;
+    let user = key.user_token(&herald_tests::user_id("u"), None).await.unwrap().token;
     let refused = SseClient::connect_to(&d.url, "/api/v1/activity/stream", &user, None).await.err().unwrap();
     assert_eq!(refused.status, 401, "user tokens are not operator credentials");
 }
@@ -420,7 +426,7 @@ async fn bursts_replay_exactly_once_in_order(backend: Backend) {
     }
 
     // The live follower connects before the burst.
-    let mut live = operator.follow("/api/v1/activity/stream", FollowOptions::default());
+    let mut live = operator.follow_activity(FollowOptions::default());
     while live.next().await != Some(Followed::State(ConnectionState::Live)) {}
     let sends = (0..1_300).map(|i| {
         let key = key.clone();
@@ -481,7 +487,7 @@ async fn bursts_replay_exactly_once_in_order(backend: Backend) {
         let expected: Vec<String> =
             latest.iter().filter(|key| *key > point).map(|(ms, id)| format!("{ms}-{id}")).collect();
         let options = FollowOptions { last_event_id: Some(ids[at].clone()), ..Default::default() };
-        let mut resumed = operator.follow("/api/v1/activity/stream", options);
+        let mut resumed = operator.follow_activity(options);
         assert_eq!(until(&mut resumed, &sentinel).await, expected, "resumed after event {at}");
     }
     d.stop().await;
@@ -504,7 +510,7 @@ async fn late_commits_within_the_window_arrive(backend: Backend) {
         n.title = Some("t".into());
         n
     };
-    let mut live = operator.follow("/api/v1/activity/stream", FollowOptions::default());
+    let mut live = operator.follow_activity(FollowOptions::default());
     while live.next().await != Some(Followed::State(ConnectionState::Live)) {}
     let mut next_id = async || loop {
         match tokio::time::timeout(Duration::from_secs(10), live.next()).await.expect("an event in time") {

@@ -124,7 +124,7 @@ async fn inbox_in_a_browser(backend: Backend) {
     let mut d = TestDaemon::start_with(backend, reader_env(&granted)).await;
     let boot = d.bootstrap().await;
     let key = boot.api_key.clone();
-    let token = d.with_token(&key).user_token("ann", None).await.unwrap().token;
+    let token = d.with_token(&key).user_token(&herald_tests::user_id("ann"), None).await.unwrap().token;
     send(&d, &key, &["old 1", "old 2", "old 3"]).await;
 
     // The page reaches Herald through a proxy that can cut the network.
@@ -145,10 +145,8 @@ async fn inbox_in_a_browser(backend: Backend) {
 
     // Read on another device: the badge follows.
     let user = d.with_token(&token);
-    let newest = user.inbox(&[]).await.unwrap().notifications[0].id.clone();
-    user.patch_inbox_item(newest.as_str(), &InboxPatch { is_read: Some(true), archived: None })
-        .await
-        .unwrap();
+    let newest = user.inbox(&Default::default()).await.unwrap().notifications[0].id.clone();
+    user.patch_inbox_item(&newest, &InboxPatch { is_read: Some(true), archived: None }).await.unwrap();
     browser.wait_for("the badge to drop", WAIT, "return window.herald.unread === 7").await;
 
     // The network goes away (the reader notices the silence), two items arrive meanwhile, the

@@ -243,7 +243,9 @@ async fn every_command(backend: Backend) {
     let detail = cli.run(&["activity", "get", &id]).await;
     assert!(detail.ok().contains("ATTEMPT") && detail.ok().contains("sent"), "{}", detail.stdout);
     cli.run(&["activity", "retry", &id]).await.failed(5, "not_retryable");
-    cli.run(&["activity", "get", "notif_nope"]).await.failed(4, "not_found");
+    // A malformed id is refused before any request; a well-formed unknown one is the API's 404.
+    cli.run(&["activity", "get", "notif_nope"]).await.failed(2, "notif_");
+    cli.run(&["activity", "get", "notif_01kqzs0000000000000000000c"]).await.failed(4, "not_found");
     cli.run(&["activity", "list", "--status", "lost"]).await.failed(2, "lost");
 
     // The inbox, with a minted token.
@@ -255,7 +257,10 @@ async fn every_command(backend: Backend) {
     cli.run(&["inbox", "--user", "ann", "unread", &item]).await.ok();
     assert_eq!(cli.run(&["inbox", "--user", "ann", "read-all", "--json"]).await.json()["updated"], 1);
     cli.run(&["inbox"]).await.failed(2, "--user");
-    cli.run(&["inbox", "--user", "ann", "read", "inapp_nope"]).await.failed(4, "not_found");
+    cli.run(&["inbox", "--user", "ann", "read", "inapp_nope"]).await.failed(2, "inapp_");
+    cli.run(&["inbox", "--user", "ann", "read", "inapp_01kqzs0000000000000000000c"])
+        .await
+        .failed(4, "not_found");
 
     // Tokens.
     let token = cli.run(&["token", "user", "ann", "--ttl", "600", "--json"]).await.json();
@@ -478,7 +483,7 @@ async fn bulk_send_resumes(backend: Backend) {
     // Interrupt once the daemon has accepted some rows: what the CLI has done, not how far the
     // delivery workers (which may lag on a loaded machine) have got.
     let operator = d.with_token(&cli.operator);
-    let query = ActivityQuery { channel: Some("email".into()), limit: Some(1), ..Default::default() };
+    let query = ActivityQuery { channel: Some(Channel::Email), limit: Some(1), ..Default::default() };
     eventually("some rows to be accepted", Duration::from_secs(30), || async {
         (operator.activity(&query).await.unwrap().total_count >= 100).then_some(())
     })

@@ -93,7 +93,8 @@ async fn sigkill_mid_burst_loses_nothing(backend: Backend) {
         assert!(tokio::time::Instant::now() < deadline, "{} notifications never settled", pending.len());
         let batch: Vec<String> = pending.iter().take(200).cloned().collect();
         for id in batch {
-            let n = client.notification(&id).await.expect("every acknowledged notification exists");
+            let typed = herald_common::ids::NotificationId::parse(&id).unwrap();
+            let n = client.notification(&typed).await.expect("every acknowledged notification exists");
             if matches!(
                 n.delivery_status,
                 DeliveryStatus::Sent | DeliveryStatus::Delivered | DeliveryStatus::Failed

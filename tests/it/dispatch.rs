@@ -58,7 +58,10 @@ async fn peers() -> Peers {
 /// Waits until the notification leaves `queued`/`sending` and returns it.
 async fn settled(client: &Client, id: &str) -> NotificationOut {
     eventually(&format!("{id} to settle"), Duration::from_secs(15), || async {
-        let n = client.notification(id).await.expect("get notification");
+        let n = client
+            .notification(&herald_common::ids::NotificationId::parse(id).unwrap())
+            .await
+            .expect("get notification");
         matches!(n.delivery_status, DeliveryStatus::Sent | DeliveryStatus::Delivered | DeliveryStatus::Failed)
             .then_some(n)
     })
@@ -220,7 +223,7 @@ async fn in_app_is_delivered_on_acceptance(backend: Backend) {
     );
     let accepted = key.send_notification(&n, None).await.unwrap();
     assert_eq!(accepted.delivery_status, DeliveryStatus::Queued, "spec 2.2: queued on acceptance");
-    let out = key.notification(accepted.notification_id.as_str()).await.unwrap();
+    let out = key.notification(&accepted.notification_id).await.unwrap();
     assert_eq!(out.delivery_status, DeliveryStatus::Delivered, "in the inbox as soon as the 202 is out");
     assert_eq!(out.attempts[0].outcome, "delivered");
     assert!(out.attempts[0].provider_message_id.as_deref().unwrap().starts_with("inapp_"));
@@ -419,7 +422,7 @@ async fn templates_render_into_dispatch(backend: Backend) {
         })
         .await
         .unwrap();
-    let id = template.template_id.to_string();
+    let id = template.template_id.clone();
     assert_eq!(key.templates().await.unwrap().templates.len(), 1);
 
     let mut n = NotificationIn::new(Channel::Email, "tpl@example.com", "");
@@ -510,7 +513,7 @@ async fn notifications_are_visible_only_to_their_owners() {
     let key_a = d.with_token(&a.api_key);
     let sent =
         key_a.send_notification(&NotificationIn::new(Channel::Sms, "+14155550100", "x"), None).await.unwrap();
-    let id = sent.notification_id.as_str();
+    let id = &sent.notification_id;
     assert_eq!(d.with_token(&b.api_key).notification(id).await.unwrap_err().problem().unwrap().status, 404);
     let operator_b = d.with_token(&d.idp.operator_token(&b.tenant_id, &[Scope::NotificationsRead]));
     assert_eq!(operator_b.notification(id).await.unwrap_err().problem().unwrap().status, 404);

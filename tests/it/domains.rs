@@ -118,11 +118,11 @@ async fn endpoints_scopes_and_tenants(backend: Backend) {
         listed.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
         ["mail.example.com", "news.example.com"]
     );
-    assert_eq!(key.domain(domain.domain_id.as_ref()).await.unwrap(), domain);
+    assert_eq!(key.domain(&domain.domain_id).await.unwrap(), domain);
 
     let other = d.bootstrap().await;
     let other_key = d.with_token(&other.api_key);
-    let id = domain.domain_id.to_string();
+    let id = domain.domain_id.clone();
     assert!(other_key.domains().await.unwrap().domains.is_empty());
     assert_eq!(code(other_key.domain(&id).await.unwrap_err()).0, 404);
     assert_eq!(code(other_key.verify_domain(&id).await.unwrap_err()).0, 404);
@@ -158,9 +158,9 @@ async fn endpoints_scopes_and_tenants(backend: Backend) {
     assert_eq!(operator.domains().await.unwrap().domains.len(), 2);
     assert_eq!(code(operator.delete_domain(&id).await.unwrap_err()).0, 403);
 
-    key.delete_domain(second.domain_id.as_ref()).await.unwrap();
-    assert_eq!(code(key.domain(second.domain_id.as_ref()).await.unwrap_err()).0, 404);
-    assert_eq!(code(key.delete_domain(second.domain_id.as_ref()).await.unwrap_err()).0, 404);
+    key.delete_domain(&second.domain_id).await.unwrap();
+    assert_eq!(code(key.domain(&second.domain_id).await.unwrap_err()).0, 404);
+    assert_eq!(code(key.delete_domain(&second.domain_id).await.unwrap_err()).0, 404);
     d.stop().await;
 }
 both_backends!(domain_endpoints_scopes_and_tenants, endpoints_scopes_and_tenants);
@@ -170,7 +170,7 @@ async fn verification_outcomes(backend: Backend) {
     let d = daemon(backend, &dns, vec![]).await;
     let key = d.with_token(&d.bootstrap().await.api_key);
     let domain = add(&key, "mail.example.com").await;
-    let id = domain.domain_id.to_string();
+    let id = domain.domain_id.clone();
     let (ownership, spf, dkim) = (
         record(&domain, RecordPurpose::Ownership).clone(),
         record(&domain, RecordPurpose::Spf).clone(),
@@ -281,7 +281,7 @@ async fn background_checks(backend: Backend) {
 
     // Records published after the domain was added are found without anyone asking.
     publish_all(&dns, &published);
-    let id = published.domain_id.to_string();
+    let id = published.domain_id.clone();
     let verified =
         eventually("the background check to verify the domain", Duration::from_secs(15), || async {
             let domain = key.domain(&id).await.unwrap();
@@ -294,7 +294,7 @@ async fn background_checks(backend: Backend) {
     // re-checked after 24 hours, is failed too once its DKIM record has been removed.
     dns.remove(&record(&published, RecordPurpose::Dkim).host);
     d.state.clock.advance(Duration::from_secs(73 * 3600));
-    let abandoned_id = abandoned.domain_id.to_string();
+    let abandoned_id = abandoned.domain_id.clone();
     let expired = eventually("the pending domain to fail after 72 h", Duration::from_secs(15), || async {
         let domain = key.domain(&abandoned_id).await.unwrap();
         (domain.status == DomainStatus::Failed).then_some(domain)
@@ -347,7 +347,7 @@ async fn signed_mail(backend: Backend) {
     assert!(detail.contains("pending"), "{detail}");
 
     publish_all(&dns, &domain);
-    assert_eq!(key.verify_domain(domain.domain_id.as_ref()).await.unwrap().status, DomainStatus::Verified);
+    assert_eq!(key.verify_domain(&domain.domain_id).await.unwrap().status, DomainStatus::Verified);
     email.html_body = Some("<p>Thanks for your <b>order</b>.</p>".into());
     let accepted = key.send_notification(&email, None).await.unwrap();
     let mail = smtp.wait_for(1, Duration::from_secs(10)).await.remove(0);
@@ -381,7 +381,7 @@ async fn signed_mail(backend: Backend) {
 
     // The notification itself records the send as usual.
     let n = eventually("the signed email to be sent", Duration::from_secs(10), || async {
-        let n = key.notification(accepted.notification_id.as_ref()).await.unwrap();
+        let n = key.notification(&accepted.notification_id).await.unwrap();
         (n.delivery_status == DeliveryStatus::Sent).then_some(n)
     })
     .await;
@@ -397,7 +397,7 @@ async fn signed_mail(backend: Backend) {
     let signer =
         |sender: &'static str| herald_daemon::delivery::signer_for(&d.state, &boot.tenant_id, sender);
     assert!(signer("billing@mail.example.com").await.is_ok());
-    key.delete_domain(domain.domain_id.as_ref()).await.unwrap();
+    key.delete_domain(&domain.domain_id).await.unwrap();
     match signer("billing@mail.example.com").await {
         Err(herald_daemon::providers::SendError::Permanent { reason }) => {
             assert!(reason.contains("no longer verified"), "{reason}")
@@ -425,7 +425,7 @@ async fn a_silent_name_server_is_a_temporary_failure() {
     let key = d.with_token(&d.bootstrap().await.api_key);
     let domain = add(&key, "mail.example.com").await;
     let started = std::time::Instant::now();
-    let checked = key.verify_domain(domain.domain_id.as_ref()).await.unwrap();
+    let checked = key.verify_domain(&domain.domain_id).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(5), "the check took {:?}", started.elapsed());
     assert_eq!(checked.status, DomainStatus::TemporaryFailure);
     for r in &checked.records {

@@ -107,7 +107,8 @@ impl BodyEndpoint {
 async fn body_endpoints(d: &TestDaemon) -> Vec<BodyEndpoint> {
     let boot = d.bootstrap().await;
     let doc = d.client.openapi().await.unwrap();
-    let user = d.with_token(&boot.api_key).user_token("someone", None).await.unwrap().token;
+    let user =
+        d.with_token(&boot.api_key).user_token(&herald_tests::user_id("someone"), None).await.unwrap().token;
     let token_for = |scheme: &str| match scheme {
         "api_key" => boot.api_key.clone(),
         "operator" => d.idp.operator_token(&boot.tenant_id, &Scope::ALL),

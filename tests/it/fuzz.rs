@@ -61,7 +61,12 @@ async fn fuzz_the_document(backend: Backend) {
     .await;
     let boot = d.bootstrap().await;
     let operator = d.idp.operator_token(&boot.tenant_id, &Scope::ALL);
-    let user = d.with_token(&boot.api_key).user_token("fuzzed-user", None).await.unwrap().token;
+    let user = d
+        .with_token(&boot.api_key)
+        .user_token(&herald_tests::user_id("fuzzed-user"), None)
+        .await
+        .unwrap()
+        .token;
     let user_paths = "^/api/v1/(inbox|in-app|users/me)";
     run_schemathesis(&d, &user, ("--include-path-regex", user_paths)).await;
     run_schemathesis(&d, &operator, ("--include-path-regex", "^/api/v1/activity")).await;

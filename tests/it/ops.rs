@@ -85,8 +85,8 @@ async fn metrics_count_requests_by_route_template() {
     let d = TestDaemon::start(Backend::Sqlite).await;
     let boot = d.bootstrap().await;
     let key = d.with_token(&boot.api_key);
-    key.user_token("metrics-user-1", None).await.unwrap();
-    key.user_token("metrics-user-2", None).await.unwrap();
+    key.user_token(&herald_tests::user_id("metrics-user-1"), None).await.unwrap();
+    key.user_token(&herald_tests::user_id("metrics-user-2"), None).await.unwrap();
     let text = d.client.request(reqwest::Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
     let line = text
         .lines()

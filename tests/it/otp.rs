@@ -69,9 +69,9 @@ async fn email_codes_verify_once(backend: Backend) {
     let mail = smtp.messages().pop().unwrap();
     assert!(mail.raw.contains("Subject: Your verification code"));
 
-    let verified = key.verify_otp(sent.transaction_id.as_str(), &code).await.unwrap();
+    let verified = key.verify_otp(&sent.transaction_id, &code).await.unwrap();
     assert_eq!((verified.status.as_str(), &verified.transaction_id), ("verified", &sent.transaction_id));
-    let again = problem_of(key.verify_otp(sent.transaction_id.as_str(), &code).await.unwrap_err());
+    let again = problem_of(key.verify_otp(&sent.transaction_id, &code).await.unwrap_err());
     assert_eq!((again.status, again.code), (409, ErrorCode::OtpAlreadyVerified));
 }
 both_backends!(email_codes_verify_once_on_each_backend, email_codes_verify_once);
@@ -90,7 +90,7 @@ async fn sms_codes_through_twilio(backend: Backend) {
     let code = code_in(&message.body);
     assert_eq!(code.len(), 4);
     assert!(message.body.contains("2 min"), "{}", message.body);
-    key.verify_otp(sent.transaction_id.as_str(), &code).await.unwrap();
+    key.verify_otp(&sent.transaction_id, &code).await.unwrap();
 
     // A provider that refuses the number: 502, recorded as failed, nothing to verify.
     let refused = problem_of(
@@ -107,7 +107,7 @@ async fn five_wrong_codes_tombstone(backend: Backend) {
     let d = daemon(backend, &smtp, &tw).await;
     let key = d.with_token(&d.bootstrap().await.api_key);
     let (sent, code) = send_email(&key, &smtp, "bob@example.com").await;
-    let id = sent.transaction_id.as_str();
+    let id = &sent.transaction_id;
     let wrong = if code == "000000" { "111111" } else { "000000" };
     for remaining in [4, 3, 2, 1] {
         let p = problem_of(key.verify_otp(id, wrong).await.unwrap_err());
@@ -131,7 +131,7 @@ async fn parallel_guesses_count_one_by_one(backend: Backend) {
     let wrong = if code == "000000" { "111111" } else { "000000" };
     let guesses: Vec<_> = (0..30)
         .map(|_| {
-            let (key, id) = (key.clone(), sent.transaction_id.to_string());
+            let (key, id) = (key.clone(), sent.transaction_id.clone());
             tokio::spawn(async move { problem_of(key.verify_otp(&id, wrong).await.unwrap_err()) })
         })
         .collect();
@@ -141,7 +141,7 @@ async fn parallel_guesses_count_one_by_one(backend: Backend) {
     }
     assert_eq!(by_code.get("otp_invalid_code"), Some(&4), "{by_code:?}");
     assert_eq!(by_code.get("otp_tombstoned"), Some(&26), "the 5th and every later guess: {by_code:?}");
-    let p = problem_of(key.verify_otp(sent.transaction_id.as_str(), &code).await.unwrap_err());
+    let p = problem_of(key.verify_otp(&sent.transaction_id, &code).await.unwrap_err());
     assert_eq!(p.code, ErrorCode::OtpTombstoned);
 }
 both_backends!(parallel_guesses_count_one_by_one_on_each_backend, parallel_guesses_count_one_by_one);
@@ -156,7 +156,7 @@ async fn codes_expire(backend: Backend) {
     let code = code_in(&smtp.wait_for(1, Duration::from_secs(10)).await[0].raw);
     d.state.clock.advance(Duration::from_secs(31));
     for _ in 0..2 {
-        let p = problem_of(key.verify_otp(sent.transaction_id.as_str(), &code).await.unwrap_err());
+        let p = problem_of(key.verify_otp(&sent.transaction_id, &code).await.unwrap_err());
         assert_eq!((p.status, p.code), (410, ErrorCode::OtpExpired));
     }
 }
@@ -194,22 +194,22 @@ async fn limits_hold_in_the_database(backend: Backend) {
     for _ in 0..4 {
         let otp = key.send_otp(&OtpSendIn::new(Channel::Email, "eve@example.com"), None).await.unwrap();
         for _ in 0..5 {
-            let p = problem_of(key.verify_otp(otp.transaction_id.as_str(), "wrong-guess").await.unwrap_err());
+            let p = problem_of(key.verify_otp(&otp.transaction_id, "wrong-guess").await.unwrap_err());
             assert!(matches!(p.code, ErrorCode::OtpInvalidCode | ErrorCode::OtpTombstoned), "{p}");
         }
     }
     let before = smtp.messages().len();
     let last = key.send_otp(&OtpSendIn::new(Channel::Email, "eve@example.com"), None).await.unwrap();
     let code = code_in(&smtp.wait_for(before + 1, Duration::from_secs(10)).await.pop().unwrap().raw);
-    let p = problem_of(key.verify_otp(last.transaction_id.as_str(), "wrong-guess").await.unwrap_err());
+    let p = problem_of(key.verify_otp(&last.transaction_id, "wrong-guess").await.unwrap_err());
     assert_eq!((p.status, p.code), (429, ErrorCode::RateLimited), "the 21st failure in 24 h is refused");
-    let p = problem_of(key.verify_otp(last.transaction_id.as_str(), &code).await.unwrap_err());
+    let p = problem_of(key.verify_otp(&last.transaction_id, &code).await.unwrap_err());
     assert_eq!(p.code, ErrorCode::RateLimited, "even the right code: guessing is over for today");
     d.state.clock.advance(Duration::from_secs(24 * 3600));
     let before = smtp.messages().len();
     let late = key.send_otp(&OtpSendIn::new(Channel::Email, "eve@example.com"), None).await.unwrap();
     let code = code_in(&smtp.wait_for(before + 1, Duration::from_secs(10)).await.pop().unwrap().raw);
-    key.verify_otp(late.transaction_id.as_str(), &code).await.expect("a day later the limit has passed");
+    key.verify_otp(&late.transaction_id, &code).await.expect("a day later the limit has passed");
 }
 both_backends!(limits_hold_in_the_database_on_each_backend, limits_hold_in_the_database);
 
@@ -251,7 +251,7 @@ async fn custom_codes_need_their_scope_and_shape() {
     let full = d.with_token(&boot.api_key);
     let sent = full.send_otp(&request, None).await.unwrap();
     assert_eq!(code_in(&tw.messages().pop().unwrap().body), "Herald-42_x");
-    full.verify_otp(sent.transaction_id.as_str(), "Herald-42_x").await.unwrap();
+    full.verify_otp(&sent.transaction_id, "Herald-42_x").await.unwrap();
     for bad in ["abc", "has space", "x".repeat(17).as_str(), "ünï-code"] {
         request.code = Some(bad.to_owned());
         let p = problem_of(full.send_otp(&request, None).await.unwrap_err());
@@ -286,7 +286,9 @@ async fn invalid_sends_name_their_fields() {
         assert_eq!(p.status, 422, "{body}");
         assert!(p.errors.iter().any(|e| e.field == field), "{body}: {:?}", p.errors);
     }
-    let p = problem_of(key.verify_otp("otp_nope", "123456").await.unwrap_err());
+    let malformed =
+        herald_common::api::otp::OtpVerifyIn { transaction_id: "otp_nope".into(), code: "123456".into() };
+    let p = problem_of(key.post::<_, serde_json::Value>("/api/v1/otp/verify", &malformed).await.unwrap_err());
     assert_eq!(p.status, 404);
 }
 
@@ -297,9 +299,9 @@ async fn another_tenants_transaction_is_not_found() {
     let mine = d.with_token(&d.bootstrap().await.api_key);
     let theirs = d.with_token(&d.bootstrap().await.api_key);
     let (sent, code) = send_email(&mine, &smtp, "gina@example.com").await;
-    let p = problem_of(theirs.verify_otp(sent.transaction_id.as_str(), &code).await.unwrap_err());
+    let p = problem_of(theirs.verify_otp(&sent.transaction_id, &code).await.unwrap_err());
     assert_eq!((p.status, p.code), (404, ErrorCode::NotFound));
-    mine.verify_otp(sent.transaction_id.as_str(), &code).await.expect("still verifiable by its owner");
+    mine.verify_otp(&sent.transaction_id, &code).await.expect("still verifiable by its owner");
 }
 
 #[tokio::test]
@@ -310,7 +312,7 @@ async fn no_plaintext_code_at_rest() {
     let mut request = OtpSendIn::new(Channel::Sms, "+14155550100");
     request.code = Some(code.into());
     let sent = key.send_otp(&request, Some("scan-1")).await.unwrap();
-    key.verify_otp(sent.transaction_id.as_str(), "wrong-one").await.unwrap_err();
+    key.verify_otp(&sent.transaction_id, "wrong-one").await.unwrap_err();
     let mut scanned = 0;
     for entry in std::fs::read_dir(d.dir.path()).unwrap() {
         let path = entry.unwrap().path();
@@ -346,8 +348,8 @@ async fn codes_never_reach_the_logs() {
     let mut request = OtpSendIn::new(Channel::Sms, "+14155550100");
     request.code = Some("Log-Canary-77".into());
     let sent = key.send_otp(&request, None).await.unwrap();
-    key.verify_otp(sent.transaction_id.as_str(), "Log-Canary-78").await.unwrap_err();
-    key.verify_otp(sent.transaction_id.as_str(), "Log-Canary-77").await.unwrap();
+    key.verify_otp(&sent.transaction_id, "Log-Canary-78").await.unwrap_err();
+    key.verify_otp(&sent.transaction_id, "Log-Canary-77").await.unwrap();
     terminate(&child);
     crate::process::exit_code(child).await;
     let mut lines = 0;

@@ -10,7 +10,7 @@ use herald_common::{
         inbox::InboxPatch,
         notifications::{Channel, NotificationIn},
     },
-    client::Client,
+    client::{Client, InboxQuery},
 };
 use herald_tests::{Backend, TestDaemon, both_backends, sse::SseClient};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -32,7 +32,7 @@ fn in_app(user: &str, title: &str) -> NotificationIn {
 async fn setup(d: &TestDaemon, user: &str) -> (Client, String) {
     let boot = d.bootstrap().await;
     let key = d.with_token(&boot.api_key);
-    let token = key.user_token(user, None).await.unwrap().token;
+    let token = key.user_token(&herald_tests::user_id(user), None).await.unwrap().token;
     (key, token)
 }
 
@@ -40,18 +40,19 @@ async fn inbox_api(backend: Backend) {
     let d = TestDaemon::start(backend).await;
     let (key, token) = setup(&d, "ann").await;
     let ann = d.with_token(&token);
-    let bob = d.with_token(&key.user_token("bob", None).await.unwrap().token);
+    let bob = d.with_token(&key.user_token(&herald_tests::user_id("bob"), None).await.unwrap().token);
     for i in 1..=25 {
         key.send_notification(&in_app("ann", &format!("n{i}")), None).await.unwrap();
     }
     key.send_notification(&in_app("bob", "for bob"), None).await.unwrap();
 
-    let page = ann.inbox(&[]).await.unwrap();
+    let page = ann.inbox(&InboxQuery::default()).await.unwrap();
     assert_eq!((page.unread_count, page.notifications.len()), (25, 20), "limit defaults to 20");
     assert_eq!(page.notifications[0].title, "n25", "newest first");
     assert_eq!(page.notifications[0].data["action_url"], "https://example.com/n");
     assert!(!page.notifications[0].is_read);
-    let next = ann.inbox(&[("cursor", page.next_cursor.as_deref().unwrap())]).await.unwrap();
+    let next =
+        ann.inbox(&InboxQuery { cursor: page.next_cursor.clone(), ..Default::default() }).await.unwrap();
     assert_eq!(
         next.notifications.iter().map(|n| n.title.as_str()).collect::<Vec<_>>(),
         ["n5", "n4", "n3", "n2", "n1"]
@@ -59,46 +60,43 @@ async fn inbox_api(backend: Backend) {
     assert!(next.next_cursor.is_none());
 
     let first = &page.notifications[0];
-    let read = ann
-        .patch_inbox_item(first.id.as_str(), &InboxPatch { is_read: Some(true), archived: None })
-        .await
-        .unwrap();
+    let read =
+        ann.patch_inbox_item(&first.id, &InboxPatch { is_read: Some(true), archived: None }).await.unwrap();
     assert!(read.is_read);
-    let unread = ann.inbox(&[("unread_only", "true"), ("limit", "100")]).await.unwrap();
+    let unread = ann
+        .inbox(&InboxQuery { unread_only: Some(true), limit: Some(100), ..Default::default() })
+        .await
+        .unwrap();
     assert_eq!((unread.unread_count, unread.notifications.len()), (24, 24));
-    ann.patch_inbox_item(first.id.as_str(), &InboxPatch { is_read: Some(false), archived: None })
-        .await
-        .unwrap();
-    let archived = ann
-        .patch_inbox_item(first.id.as_str(), &InboxPatch { archived: Some(true), is_read: None })
-        .await
-        .unwrap();
+    ann.patch_inbox_item(&first.id, &InboxPatch { is_read: Some(false), archived: None }).await.unwrap();
+    let archived =
+        ann.patch_inbox_item(&first.id, &InboxPatch { archived: Some(true), is_read: None }).await.unwrap();
     assert!(archived.archived);
-    let listing = ann.inbox(&[("limit", "100")]).await.unwrap();
+    let listing = ann.inbox(&InboxQuery { limit: Some(100), ..Default::default() }).await.unwrap();
     assert_eq!(
         (listing.unread_count, listing.notifications.len()),
         (24, 24),
         "archived items leave the listing"
     );
-    let shelf = ann.inbox(&[("archived", "true")]).await.unwrap();
+    let shelf = ann.inbox(&InboxQuery { archived: Some(true), ..Default::default() }).await.unwrap();
     assert_eq!(shelf.notifications.len(), 1);
 
     let all = ann.read_all().await.unwrap();
     assert_eq!((all.updated, all.unread_count), (24, 0));
     let p = bob
-        .patch_inbox_item(first.id.as_str(), &InboxPatch { is_read: Some(true), archived: None })
+        .patch_inbox_item(&first.id, &InboxPatch { is_read: Some(true), archived: None })
         .await
         .unwrap_err();
     assert_eq!(p.problem().unwrap().status, 404, "another user's item");
-    assert_eq!(bob.inbox(&[]).await.unwrap().notifications.len(), 1);
+    assert_eq!(bob.inbox(&InboxQuery::default()).await.unwrap().notifications.len(), 1);
     assert_eq!(
-        key.inbox(&[]).await.unwrap_err().problem().unwrap().status,
+        key.inbox(&InboxQuery::default()).await.unwrap_err().problem().unwrap().status,
         401,
         "an API key is not a user token"
     );
-    for bad in [("limit", "0"), ("limit", "101"), ("cursor", "garbage"), ("colour", "red")] {
-        let p = ann.inbox(&[bad]).await.unwrap_err();
-        assert_eq!(p.problem().unwrap().status, 422, "{bad:?}");
+    for bad in ["limit=0", "limit=101", "cursor=garbage", "colour=red"] {
+        let p = ann.get::<serde_json::Value>(&format!("/api/v1/inbox?{bad}")).await.unwrap_err();
+        assert_eq!(p.problem().unwrap().status, 422, "{bad}");
     }
 }
 both_backends!(inbox_api_on_each_backend, inbox_api);
@@ -125,8 +123,8 @@ async fn a_python_client_sees_the_stream() {
     assert_eq!(created.data["data"]["category"], "test");
 
     let user = d.with_token(&token);
-    let id = created.data["id"].as_str().unwrap();
-    user.patch_inbox_item(id, &InboxPatch { is_read: Some(true), archived: None }).await.unwrap();
+    let id = created.data["id"].as_str().unwrap().parse().unwrap();
+    user.patch_inbox_item(&id, &InboxPatch { is_read: Some(true), archived: None }).await.unwrap();
     let updated = client.next_non_heartbeat(WAIT).await.unwrap();
     assert_eq!(
         (updated.event.as_str(), updated.data["is_read"].as_bool()),
@@ -275,7 +273,7 @@ async fn streams_end_with_their_token_and_are_limited_per_user() {
     );
 
     let key = d.with_token(&boot.api_key);
-    let token = key.user_token("busy", None).await.unwrap().token;
+    let token = key.user_token(&herald_tests::user_id("busy"), None).await.unwrap().token;
     let mut open = Vec::new();
     for _ in 0..10 {
         open.push(SseClient::connect(&d.url, &token, None).await.expect("ten streams are fine"));
@@ -310,7 +308,7 @@ async fn several_daemons_on_one_postgres() {
     let b = a.start_sharing(Vec::new()).await;
     let boot = a.bootstrap().await;
     let key_b = b.with_token(&boot.api_key);
-    let token = key_b.user_token("roamer", None).await.unwrap().token;
+    let token = key_b.user_token(&herald_tests::user_id("roamer"), None).await.unwrap().token;
     let mut on_a = SseClient::connect(&a.url, &token, None).await.unwrap();
     assert_eq!(on_a.next(WAIT).await.unwrap().event, "connection.ready");
 
@@ -321,7 +319,7 @@ async fn several_daemons_on_one_postgres() {
         (created.event.as_str(), created.data["title"].as_str()),
         ("notification.created", Some("via B"))
     );
-    let id = created.data["id"].as_str().unwrap().to_owned();
+    let id = created.data["id"].as_str().unwrap().parse().unwrap();
     b.with_token(&token)
         .patch_inbox_item(&id, &InboxPatch { is_read: Some(true), archived: None })
         .await
@@ -334,7 +332,7 @@ async fn several_daemons_on_one_postgres() {
     assert!(started.elapsed() < Duration::from_secs(2));
 
     // The ten-stream limit holds over both daemons.
-    let token = key_b.user_token("crowd", None).await.unwrap().token;
+    let token = key_b.user_token(&herald_tests::user_id("crowd"), None).await.unwrap().token;
     let mut open = Vec::new();
     for i in 0..10 {
         let url = if i < 6 { &a.url } else { &b.url };
@@ -376,7 +374,7 @@ async fn two_daemon_processes_on_one_postgres() {
     let (_a, addr_a, _) = start_serving(&mut a).await;
     let (_b, addr_b, _) = start_serving(&mut b).await;
     let key_b = Client::new(format!("http://{addr_b}")).with_token(&boot.api_key);
-    let token = key_b.user_token("roamer", None).await.unwrap().token;
+    let token = key_b.user_token(&herald_tests::user_id("roamer"), None).await.unwrap().token;
     let mut on_a = SseClient::connect_python(&format!("http://{addr_a}"), &token, None).await.unwrap();
     assert_eq!(on_a.next(WAIT).await.unwrap().event, "connection.ready");
     key_b.send_notification(&in_app("roamer", "across processes"), None).await.unwrap();

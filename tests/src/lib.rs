@@ -33,6 +33,12 @@ where
     }
 }
 
+/// A user id a test chose: valid by construction (a test of invalid ones goes around the typed
+/// client, which takes only valid ones).
+pub fn user_id(text: &str) -> herald_common::ids::UserId {
+    herald_common::ids::UserId::parse(text).unwrap_or_else(|e| panic!("`{text}` is not a user id: {e}"))
+}
+
 /// The Python that runs the Python peers: `HERALD_TEST_PYTHON` (which `scripts/test` points at
 /// its `.venv`, with `tests/requirements.txt` installed), else `python3`.
 pub fn python() -> String {

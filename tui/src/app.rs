@@ -5,7 +5,7 @@
 
 use herald_common::{
     api::{
-        activity::{ActivityDetail, ActivityItem, ActivityList, ActivityStatus, RetryQueued},
+        activity::{ActivityDetail, ActivityItem, ActivityList, ActivityStatus, BulkRetryOut, RetryQueued},
         inbox::InboxOut,
         notifications::{Channel, NotificationAccepted},
     },
@@ -39,9 +39,14 @@ pub enum Action {
         id: TransactionId,
         result: Result<RetryQueued, String>,
     },
-    /// The failed, retryable items matching the filter, for `R`.
-    FailedFound(Result<Vec<TransactionId>, String>),
-    /// One retry of `R` is done.
+    /// The failed, retryable items of `channel` (the filter's when `R` was pressed).
+    FailedFound {
+        channel: Option<Channel>,
+        result: Result<Vec<TransactionId>, String>,
+    },
+    /// The bulk retry of the filter's failed items is done.
+    FailedRetried(Result<BulkRetryOut, String>),
+    /// One of the retries of items one at a time is done.
     BulkProgress {
         ok: bool,
     },
@@ -64,6 +69,12 @@ pub enum Command {
     FindFailed {
         channel: Option<Channel>,
     },
+    /// The server's bulk retry for `channel`'s failed, retryable items (`expected` were found).
+    RetryFailed {
+        channel: Option<Channel>,
+        expected: usize,
+    },
+    /// Each item retried on its own (what an id search picked, which the bulk retry cannot).
     RetryMany(Vec<TransactionId>),
     /// Mint a token for the user, load the inbox and follow its stream.
     OpenInbox(UserId),
@@ -78,6 +89,12 @@ pub enum Command {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Question {
     RetryOne(TransactionId),
+    /// Every failed, retryable item of the channel (`count` were found): one bulk retry.
+    RetryFailed {
+        channel: Option<Channel>,
+        count: usize,
+    },
+    /// These items, each on its own.
     RetryMany(Vec<TransactionId>),
 }
 
@@ -88,12 +105,13 @@ pub enum Prompt {
     User,
 }
 
-/// A bulk retry under way.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Bulk {
-    pub total: usize,
-    pub done: usize,
-    pub failed: usize,
+/// A retry of many items under way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bulk {
+    /// The server's bulk retry of the `expected` items found.
+    Filter { expected: usize },
+    /// Items retried one by one: how many, done and refused so far.
+    Items { total: usize, done: usize, failed: usize },
 }
 
 /// The line at the bottom: the last thing that happened (for [`MESSAGE_MS`], then the key hints
@@ -261,7 +279,7 @@ impl App {
                 }
                 Vec::new()
             }
-            Action::FailedFound(Ok(mut ids)) => {
+            Action::FailedFound { channel, result: Ok(mut ids) } => {
                 // The id search narrows what the API found (it filters by channel).
                 let search = self.filter.search.to_ascii_lowercase();
                 ids.retain(|id| id.as_str().to_ascii_lowercase().contains(&search));
@@ -269,20 +287,34 @@ impl App {
                     self.say("no failed, retryable items match the filter");
                     return Vec::new();
                 }
-                self.question = Some(Question::RetryMany(ids));
+                // The bulk retry takes the channel but cannot search: what a search picked is
+                // retried one by one.
+                self.question = Some(if search.is_empty() {
+                    Question::RetryFailed { channel, count: ids.len() }
+                } else {
+                    Question::RetryMany(ids)
+                });
                 self.mode = Mode::Confirm;
                 Vec::new()
             }
-            Action::FailedFound(Err(e)) => {
+            Action::FailedFound { result: Err(e), .. } => {
                 self.complain(format!("cannot list the failed items: {e}"));
                 Vec::new()
             }
+            Action::FailedRetried(result) => {
+                self.bulk = None;
+                match result {
+                    Ok(queued) => self.say(format!("{} items queued again", queued.count)),
+                    Err(e) => self.complain(format!("the bulk retry was refused: {e}")),
+                }
+                Vec::new()
+            }
             Action::BulkProgress { ok } => {
-                if let Some(bulk) = &mut self.bulk {
-                    bulk.done += 1;
-                    bulk.failed += usize::from(!ok);
-                    if bulk.done >= bulk.total {
-                        let Bulk { total, failed, .. } = *bulk;
+                if let Some(Bulk::Items { total, done, failed }) = &mut self.bulk {
+                    *done += 1;
+                    *failed += usize::from(!ok);
+                    if *done >= *total {
+                        let (total, failed) = (*total, *failed);
                         self.bulk = None;
                         if failed == 0 {
                             self.say(format!("{total} items queued again"));
@@ -503,8 +535,12 @@ impl App {
                 self.say(format!("retrying {id}…"));
                 vec![Command::Retry(id)]
             }
+            Question::RetryFailed { channel, count } => {
+                self.bulk = Some(Bulk::Filter { expected: count });
+                vec![Command::RetryFailed { channel, expected: count }]
+            }
             Question::RetryMany(ids) => {
-                self.bulk = Some(Bulk { total: ids.len(), done: 0, failed: 0 });
+                self.bulk = Some(Bulk::Items { total: ids.len(), done: 0, failed: 0 });
                 vec![Command::RetryMany(ids)]
             }
         }
@@ -514,12 +550,15 @@ impl App {
     pub fn question_text(&self) -> Option<String> {
         match self.question.as_ref()? {
             Question::RetryOne(id) => Some(format!("Retry {id}?")),
-            Question::RetryMany(ids) => {
-                let scope = if self.filter.is_empty() { "" } else { " matching the filter" };
-                let noun = if ids.len() == 1 { "delivery" } else { "deliveries" };
-                Some(format!("Retry {} failed, retryable {noun}{scope}?", ids.len()))
-            }
+            Question::RetryFailed { count, .. } => Some(self.retry_many_text(*count)),
+            Question::RetryMany(ids) => Some(self.retry_many_text(ids.len())),
         }
+    }
+
+    fn retry_many_text(&self, count: usize) -> String {
+        let scope = if self.filter.is_empty() { "" } else { " matching the filter" };
+        let noun = if count == 1 { "delivery" } else { "deliveries" };
+        format!("Retry {count} failed, retryable {noun}{scope}?")
     }
 }
 

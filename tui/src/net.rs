@@ -1,17 +1,20 @@
 //! The network side: every [`Command`] runs as a task of its own and reports back as an
 //! [`Action`] on the loop's channel, so drawing never waits on the network. The two live streams
-//! are followers ([`Client::follow`]) forwarding their reports.
+//! are followers ([`Client::follow_activity`], [`Client::follow_inbox`]) forwarding their reports;
+//! each loads its first page once its stream is live.
 
-use std::time::Duration;
+use std::future::Future;
 
 use futures_util::{StreamExt, stream};
 use herald_common::{
     api::{
-        activity::ActivityStatus,
+        activity::BulkRetryIn,
         notifications::{Channel, NotificationIn},
     },
-    client::{ActivityQuery, Client, ClientError, FollowOptions},
-    ids::{TransactionId, UserId},
+    client::{
+        ActivityQuery, Client, ClientError, ConnectionState, FollowOptions, Followed, Follower, InboxQuery,
+    },
+    ids::UserId,
 };
 use tokio::{sync::mpsc, task::JoinHandle};
 
@@ -26,6 +29,16 @@ fn describe(error: ClientError) -> String {
         },
         None => error.to_string(),
     }
+}
+
+/// The feed's first page: the newest items, as many as a page holds.
+fn first_activity_page() -> ActivityQuery {
+    ActivityQuery { limit: Some(ActivityQuery::MAX_LIMIT), ..Default::default() }
+}
+
+/// The inbox pane's page.
+fn inbox_page() -> InboxQuery {
+    InboxQuery { limit: Some(50), ..Default::default() }
 }
 
 /// Runs the dashboard's network work.
@@ -46,7 +59,7 @@ impl Net {
 
     fn spawn<F>(&self, work: F) -> JoinHandle<()>
     where
-        F: std::future::Future<Output = Action> + Send + 'static,
+        F: Future<Output = Action> + Send + 'static,
     {
         let actions = self.actions.clone();
         tokio::spawn(async move {
@@ -54,27 +67,15 @@ impl Net {
         })
     }
 
-    /// Follows the live feed, then loads the first page (following first: nothing between the
+    /// Follows the live feed, and loads the first page once it is live (nothing between the
     /// page and the stream is missed; what both bring is merged by id).
     pub fn start(&mut self) {
         let (client, actions) = (self.operator.clone(), self.actions.clone());
-        self.activity = Some(tokio::spawn(async move {
-            let mut follower = client.follow("/api/v1/activity/stream", FollowOptions::default());
-            let page_client = client.clone();
-            let page_actions = actions.clone();
-            tokio::spawn(async move {
-                // The stream's connection first, then the page.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let query = ActivityQuery { limit: Some(100), ..Default::default() };
-                let page = page_client.activity(&query).await.map_err(describe);
-                let _ = page_actions.send(Action::ActivityPage(page)).await;
-            });
-            while let Some(followed) = follower.next().await {
-                if actions.send(Action::Activity(followed)).await.is_err() {
-                    return;
-                }
-            }
-        }));
+        let follower = client.follow_activity(FollowOptions::default());
+        self.activity = Some(tokio::spawn(forward(follower, actions, Action::Activity, move || {
+            let client = client.clone();
+            async move { Action::ActivityPage(client.activity(&first_activity_page()).await.map_err(describe)) }
+        })));
     }
 
     pub fn run(&mut self, command: Command) {
@@ -93,7 +94,16 @@ impl Net {
             Command::FindFailed { channel } => {
                 let client = self.operator.clone();
                 self.spawn(async move {
-                    Action::FailedFound(failed_items(&client, channel).await.map_err(describe))
+                    let result = client.failed_retryable(&bulk_filter(channel)).await.map_err(describe);
+                    let ids = result.map(|items| items.into_iter().map(|i| i.transaction_id).collect());
+                    Action::FailedFound { channel, result: ids }
+                });
+            }
+            Command::RetryFailed { channel, expected } => {
+                let client = self.operator.clone();
+                self.spawn(async move {
+                    let result = client.retry_all_failed(&bulk_filter(channel), expected as u64).await;
+                    Action::FailedRetried(result.map_err(describe))
                 });
             }
             Command::RetryMany(ids) => {
@@ -120,7 +130,7 @@ impl Net {
                 self.spawn(async move {
                     let result = async {
                         let token = server.user_token(&user, Some(3600)).await?.token;
-                        server.with_token(token).inbox(&[("limit", "50")]).await
+                        server.with_token(token).inbox(&inbox_page()).await
                     }
                     .await
                     .map_err(describe);
@@ -156,8 +166,8 @@ impl Net {
         }
     }
 
-    /// Mints a token for `user`, loads the inbox and follows its stream, until another user is
-    /// picked or the pane is closed.
+    /// Mints a token for `user` and follows its inbox stream, loading the page once the stream
+    /// is live, until another user is picked or the pane is closed.
     fn open_inbox(&mut self, user: UserId) {
         if let Some(task) = self.inbox.take() {
             task.abort();
@@ -179,35 +189,47 @@ impl Net {
                 }
             };
             let client = server.with_token(token);
-            let mut follower = client.follow("/api/v1/in-app/stream", FollowOptions::default());
-            let page = client.inbox(&[("limit", "50")]).await.map_err(describe);
-            let _ = actions.send(Action::InboxPage { user: user.clone(), result: page }).await;
-            while let Some(followed) = follower.next().await {
-                if actions.send(Action::Inbox { user: user.clone(), followed }).await.is_err() {
-                    return;
+            let follower = client.follow_inbox(FollowOptions::default());
+            let followed_user = user.clone();
+            let report = move |followed| Action::Inbox { user: followed_user.clone(), followed };
+            forward(follower, actions, report, move || {
+                let (client, user) = (client.clone(), user.clone());
+                async move {
+                    let result = client.inbox(&inbox_page()).await.map_err(describe);
+                    Action::InboxPage { user, result }
                 }
-            }
+            })
+            .await;
         }));
     }
 }
 
-/// Every failed, retryable item (of `channel`), by walking the feed's pages.
-async fn failed_items(client: &Client, channel: Option<Channel>) -> Result<Vec<TransactionId>, ClientError> {
-    let mut query = ActivityQuery {
-        channel: channel.map(|c| c.to_string()),
-        status: Some(ActivityStatus::Failed.to_string()),
-        page: Some(1),
-        limit: Some(100),
-        ..Default::default()
-    };
-    let mut ids = Vec::new();
-    loop {
-        let page = client.activity(&query).await?;
-        let last = page.items.len() < 100;
-        ids.extend(page.items.into_iter().filter(|i| i.retryable).map(|i| i.transaction_id));
-        if last {
-            return Ok(ids);
+/// The bulk retry's filter for the dashboard's channel filter.
+fn bulk_filter(channel: Option<Channel>) -> BulkRetryIn {
+    BulkRetryIn { channel, ..Default::default() }
+}
+
+/// Forwards a follower's reports as actions (`report`) until the loop goes away, and loads the
+/// page (`load_page`) each time the stream turns live: first, once the server has fixed where
+/// the stream starts, so the page and the events together miss nothing; and again after each
+/// reconnection, since a change committed out of order just before it would not be replayed
+/// (docs/ACTIVITY.md, docs/STREAM.md). The page loads beside the stream, which goes on.
+async fn forward<R, L, P>(mut follower: Follower, actions: mpsc::Sender<Action>, report: R, load_page: L)
+where
+    R: Fn(Followed) -> Action,
+    L: Fn() -> P,
+    P: Future<Output = Action> + Send + 'static,
+{
+    while let Some(followed) = follower.next().await {
+        let live = followed == Followed::State(ConnectionState::Live);
+        if actions.send(report(followed)).await.is_err() {
+            return;
         }
-        query.page = query.page.map(|p| p + 1);
+        if live {
+            let (page, actions) = (load_page(), actions.clone());
+            tokio::spawn(async move {
+                let _ = actions.send(page.await).await;
+            });
+        }
     }
 }

@@ -20,7 +20,7 @@ use ratatui::{
 };
 
 use crate::{
-    app::{App, HIGHLIGHT_MS, Prompt},
+    app::{App, Bulk, HIGHLIGHT_MS, Prompt},
     feed::BUCKET_SECONDS,
     inbox::InboxPane,
     keymap::{KEYMAP, Mode},
@@ -313,10 +313,11 @@ fn inbox_list(pane: &InboxPane, now: i64, height: usize) -> Paragraph<'_> {
 
 fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
     let line = if let Some(bulk) = &app.bulk {
-        Line::from(Span::styled(
-            format!(" retrying {}/{} ({} refused)…", bulk.done, bulk.total, bulk.failed),
-            Style::default().fg(Color::Yellow),
-        ))
+        let text = match bulk {
+            Bulk::Filter { expected } => format!(" retrying {expected} failed items…"),
+            Bulk::Items { total, done, failed } => format!(" retrying {done}/{total} ({failed} refused)…"),
+        };
+        Line::from(Span::styled(text, Style::default().fg(Color::Yellow)))
     } else if let Some(message) = &app.message {
         let color = if message.error { Color::Red } else { Color::Green };
         Line::from(Span::styled(format!(" {}", message.text), Style::default().fg(color)))

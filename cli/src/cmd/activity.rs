@@ -1,7 +1,8 @@
 //! `herald activity list|get|retry`: the masked delivery timeline. `list --follow` tails the
 //! operators' live stream (resuming with `Last-Event-ID` after a lost connection, and on a
 //! terminal rewriting an item's line in place as its state changes); `retry --all-failed`
-//! retries every failed, retryable item a filter matches, after a confirmation, with progress.
+//! counts the failed, retryable items a filter matches, asks, and queues them with the server's
+//! bulk retry; `retry ID…` retries the items given, several at once, with progress.
 
 use std::{collections::HashMap, io::IsTerminal, sync::Arc};
 
@@ -9,7 +10,7 @@ use futures_util::{StreamExt, stream};
 use herald_common::{
     Timestamp,
     api::{
-        activity::{ActivityItem, ActivityStatus},
+        activity::{ActivityItem, ActivityStatus, BulkRetryIn, RetryQueued},
         notifications::Channel,
     },
     client::{ActivityQuery, Client, ConnectionState, FollowOptions, Followed},
@@ -22,7 +23,7 @@ use crate::{
     context::Context,
     exit::{Exit, Fail, Interrupt},
     output::{Cell, Format, Output, Table, cell, line, short},
-    style::Tone,
+    style::{Tone, paint},
 };
 
 #[derive(clap::Args, Clone, Default)]
@@ -64,12 +65,12 @@ pub enum Command {
         follow: bool,
     },
     /// One item with its delivery attempts and the provider's answers.
-    Get { id: String },
+    Get { id: TransactionId },
     /// Queue failed, retryable deliveries again.
     Retry {
         /// The items to retry.
         #[arg(required_unless_present = "all_failed", conflicts_with = "all_failed")]
-        ids: Vec<String>,
+        ids: Vec<TransactionId>,
         /// Every failed, retryable item the filters match.
         #[arg(long)]
         all_failed: bool,
@@ -81,7 +82,7 @@ pub enum Command {
         /// Do not ask for confirmation.
         #[arg(long, short = 'y')]
         yes: bool,
-        /// Retries in flight at once.
+        /// Retries in flight at once (of the items given by id).
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
     },
@@ -124,39 +125,50 @@ impl Command {
                 super::notifications::attempts(&ctx.out, &detail.attempts)
             }
             Command::Retry { ids, all_failed, filters, dry_run, yes, concurrency } => {
-                let ids = if all_failed {
-                    let failed = failed_items(&client, &filters).await?;
-                    if dry_run || failed.is_empty() {
-                        return show_candidates(&ctx.out, &failed);
+                if !all_failed {
+                    return retry(&ctx.out, &client, ids, concurrency.max(1)).await;
+                }
+                let filter = filters.bulk();
+                let failed = client.failed_retryable(&filter).await?;
+                if dry_run || failed.is_empty() {
+                    return show_candidates(&ctx.out, &failed);
+                }
+                if !yes {
+                    if !std::io::stdin().is_terminal() {
+                        return Err(Fail::usage(format!(
+                            "{} items would be retried: confirm with --yes (or look first with --dry-run)",
+                            failed.len()
+                        )));
                     }
-                    if !yes {
-                        if !std::io::stdin().is_terminal() {
-                            return Err(Fail::usage(format!(
-                                "{} items would be retried: confirm with --yes (or look first with --dry-run)",
-                                failed.len()
-                            )));
-                        }
-                        if !confirm(&format!("Retry {} failed deliveries?", failed.len()))? {
-                            return Err(Fail::failure("nothing retried"));
-                        }
+                    if !confirm(&format!("Retry {} failed deliveries?", failed.len()))? {
+                        return Err(Fail::failure("nothing retried"));
                     }
-                    failed.into_iter().map(|i| i.transaction_id.to_string()).collect()
-                } else {
-                    ids
-                };
-                retry(&ctx.out, &client, ids, concurrency.max(1)).await
+                }
+                retry_all_failed(&ctx.out, &client, &filter, failed.len() as u64).await
             }
+        }
+    }
+}
+
+impl Filters {
+    /// The filters as the bulk retry takes them.
+    fn bulk(&self) -> BulkRetryIn {
+        BulkRetryIn {
+            channel: self.channel,
+            application_id: self.application.clone(),
+            from: self.from,
+            to: self.to,
         }
     }
 }
 
 fn query(filters: &Filters, status: Option<ActivityStatus>, page: u32, limit: u32) -> ActivityQuery {
     ActivityQuery {
-        channel: filters.channel.map(|c| c.to_string()),
-        status: status.map(|s| s.to_string()),
-        application_id: filters.application.as_ref().map(ToString::to_string),
-        from: filters.from.map(|t| t.to_string()),
-        to: filters.to.map(|t| t.to_string()),
+        channel: filters.channel,
+        status,
+        application_id: filters.application.clone(),
+        from: filters.from,
+        to: filters.to,
         page: Some(page),
         limit: Some(limit),
     }
@@ -210,21 +222,6 @@ async fn list(out: &Output, client: &Client, mut query: ActivityQuery, all: bool
     }
 }
 
-/// Every failed, retryable item the filters match, oldest last.
-async fn failed_items(client: &Client, filters: &Filters) -> Result<Vec<ActivityItem>, Fail> {
-    let mut query = query(filters, Some(ActivityStatus::Failed), 1, 100);
-    let mut found = Vec::new();
-    loop {
-        let page = client.activity(&query).await?;
-        let done = page.items.len() < 100;
-        found.extend(page.items.into_iter().filter(|i| i.retryable));
-        if done {
-            return Ok(found);
-        }
-        query.page = Some(query.page.unwrap_or(1) + 1);
-    }
-}
-
 fn show_candidates(out: &Output, items: &[ActivityItem]) -> Result<(), Fail> {
     if out.is_json() {
         return items.iter().try_for_each(|i| out.json(i));
@@ -238,9 +235,35 @@ fn show_candidates(out: &Output, items: &[ActivityItem]) -> Result<(), Fail> {
     out.line(&format!("{} would be retried", items.len()))
 }
 
+/// Queues the failed, retryable items of `filter` with the bulk retry (`expected` were counted
+/// and agreed to), and says how many it queued.
+async fn retry_all_failed(
+    out: &Output,
+    client: &Client,
+    filter: &BulkRetryIn,
+    expected: u64,
+) -> Result<(), Fail> {
+    let queued = client.retry_all_failed(filter, expected).await?;
+    if out.is_json() {
+        return out.json(&queued);
+    }
+    let status = paint(queued.status.as_str(), Tone::Good, out.color);
+    out.line(&format!("{status}  {} queued again at {}", queued.count, out.time(queued.queued_at)))?;
+    if queued.count < expected {
+        // Another operator's retry, or the daemon's own, took them first.
+        out.note(&format!("{} of the {expected} were no longer failed", expected - queued.count));
+    }
+    Ok(())
+}
+
 /// Retries `ids`, `concurrency` at a time, with a progress bar and a line per item. One item is
 /// retried like any other call: its refusal is the command's error.
-async fn retry(out: &Output, client: &Client, ids: Vec<String>, concurrency: usize) -> Result<(), Fail> {
+async fn retry(
+    out: &Output,
+    client: &Client,
+    ids: Vec<TransactionId>,
+    concurrency: usize,
+) -> Result<(), Fail> {
     if let [id] = ids.as_slice() {
         let queued = client.retry(id).await?;
         if out.is_json() {
@@ -261,7 +284,7 @@ async fn retry(out: &Output, client: &Client, ids: Vec<String>, concurrency: usi
     } else {
         indicatif::ProgressBar::hidden()
     });
-    let results: Vec<(String, Result<herald_common::api::activity::RetryQueued, Fail>)> = stream::iter(ids)
+    let results: Vec<(TransactionId, Result<RetryQueued, Fail>)> = stream::iter(ids)
         .map(|id| {
             let (client, bar) = (client.clone(), bar.clone());
             async move {
@@ -319,7 +342,7 @@ async fn follow_feed(
     status: Option<ActivityStatus>,
 ) -> Result<(), Fail> {
     let out = &ctx.out;
-    let mut follower = client.follow("/api/v1/activity/stream", FollowOptions::default());
+    let mut follower = client.follow_activity(FollowOptions::default());
     let mut live = LiveLines::new(out.stdout_tty && out.format == Format::Table);
     if out.format == Format::Table {
         out.line(&live.header(out))?;

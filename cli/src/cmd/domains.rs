@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use herald_common::{
     api::domains::{DomainIn, DomainOut, DomainStatus},
     client::Client,
+    ids::DomainId,
 };
 
 use crate::{
@@ -29,10 +30,10 @@ pub enum Command {
         selector: Option<String>,
     },
     /// One domain, its records and what the last check found.
-    Get { domain_id: String },
+    Get { domain_id: DomainId },
     /// Check the domain's records in the DNS now.
     Verify {
-        domain_id: String,
+        domain_id: DomainId,
         /// Check again (with a spinner) until the domain is verified or failed.
         #[arg(long)]
         wait: bool,
@@ -44,7 +45,7 @@ pub enum Command {
         interval: Duration,
     },
     /// Remove a domain: mail is no longer sent from it.
-    Rm { domain_id: String },
+    Rm { domain_id: DomainId },
 }
 
 impl Command {
@@ -119,7 +120,7 @@ impl Command {
 async fn wait_for(
     out: &Output,
     client: &Client,
-    domain_id: &str,
+    domain_id: &DomainId,
     timeout: Duration,
     interval: Duration,
 ) -> Result<DomainOut, Fail> {

@@ -3,7 +3,8 @@
 
 use herald_common::{
     api::inbox::{InboxItem, InboxPatch},
-    ids::UserId,
+    client::{Client, InboxQuery},
+    ids::{InAppId, UserId},
 };
 
 use crate::{
@@ -38,11 +39,11 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum Command {
     /// Mark an item read.
-    Read { id: String },
+    Read { id: InAppId },
     /// Mark an item unread.
-    Unread { id: String },
+    Unread { id: InAppId },
     /// Archive an item.
-    Archive { id: String },
+    Archive { id: InAppId },
     /// Mark every item read.
     ReadAll,
 }
@@ -77,31 +78,23 @@ impl Args {
 
 async fn list(
     ctx: &Context,
-    user: &herald_common::client::Client,
+    user: &Client,
     unread: bool,
     archived: bool,
     limit: u32,
     all: bool,
 ) -> Result<(), Fail> {
     let out = &ctx.out;
-    let (limit, unread, archived) = (limit.to_string(), unread.to_string(), archived.to_string());
-    let mut cursor: Option<String> = None;
+    let mut query =
+        InboxQuery { unread_only: Some(unread), archived: Some(archived), limit: Some(limit), cursor: None };
     let mut table = header();
     loop {
-        let mut query = vec![
-            ("limit", limit.as_str()),
-            ("unread_only", unread.as_str()),
-            ("archived", archived.as_str()),
-        ];
-        if let Some(cursor) = &cursor {
-            query.push(("cursor", cursor));
-        }
         let page = user.inbox(&query).await?;
         match out.format {
             Format::Json if !all => return out.json(&page),
             Format::Json | Format::Jsonl => page.notifications.iter().try_for_each(|item| out.json(item))?,
             Format::Table => {
-                if cursor.is_none() {
+                if query.cursor.is_none() {
                     out.line(&format!("{} unread", page.unread_count))?;
                 }
                 for item in &page.notifications {
@@ -109,8 +102,8 @@ async fn list(
                 }
             }
         }
-        cursor = page.next_cursor;
-        if !all || cursor.is_none() {
+        query.cursor = page.next_cursor;
+        if !all || query.cursor.is_none() {
             break;
         }
     }

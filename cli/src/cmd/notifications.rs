@@ -1,6 +1,9 @@
 //! `herald notifications get ID`: a dispatch's state and its delivery attempts.
 
-use herald_common::api::notifications::{AttemptOut, NotificationOut};
+use herald_common::{
+    api::notifications::{AttemptOut, NotificationOut},
+    ids::NotificationId,
+};
 
 use crate::{
     context::Context,
@@ -12,7 +15,7 @@ use crate::{
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// One notification with its delivery attempts.
-    Get { notification_id: String },
+    Get { notification_id: NotificationId },
 }
 
 impl Command {

@@ -10,6 +10,7 @@ use herald_common::{
         otp::{OtpSendIn, OtpSendOut, OtpVerifyOut},
     },
     client::Client,
+    ids::OtpId,
 };
 
 use crate::{
@@ -45,7 +46,7 @@ pub enum Command {
         idempotency_key: Option<String>,
     },
     /// Verify a code.
-    Verify { transaction_id: String, code: String },
+    Verify { transaction_id: OtpId, code: String },
 }
 
 impl Command {

@@ -28,7 +28,7 @@ impl Args {
     pub async fn exec(self, ctx: &Context) -> Result<(), Fail> {
         let user = ctx.user(self.user.as_ref()).await?;
         let options = FollowOptions { last_event_id: self.last_event_id, ..Default::default() };
-        let mut follower = user.follow("/api/v1/in-app/stream", options);
+        let mut follower = user.follow_inbox(options);
         let out = &ctx.out;
         let mut previous = ConnectionState::Connecting;
         let mut interrupt = Interrupt::listen()?;

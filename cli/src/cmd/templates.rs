@@ -1,6 +1,9 @@
 //! `herald templates list|get|create|update|rm`: stored templates, their parts from files.
 
-use herald_common::api::templates::{TemplateIn, TemplateOut};
+use herald_common::{
+    api::templates::{TemplateIn, TemplateOut},
+    ids::TemplateId,
+};
 
 use super::Bodies;
 use crate::{
@@ -33,17 +36,17 @@ pub enum Command {
     /// The tenant's templates.
     List,
     /// One template with its parts.
-    Get { template_id: String },
+    Get { template_id: TemplateId },
     /// Store a template.
     Create(Parts),
     /// Replace a template's name and parts.
     Update {
-        template_id: String,
+        template_id: TemplateId,
         #[command(flatten)]
         parts: Parts,
     },
     /// Delete a template.
-    Rm { template_id: String },
+    Rm { template_id: TemplateId },
 }
 
 impl Command {

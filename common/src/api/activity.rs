@@ -160,3 +160,8 @@ pub struct BulkRetryOut {
     pub count: u64,
     pub queued_at: Timestamp,
 }
+
+impl BulkRetryOut {
+    /// The most notifications one call queues: a `count` this high means there may be more.
+    pub const MAX_PER_CALL: u64 = 1_000;
+}

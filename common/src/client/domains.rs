@@ -1,7 +1,10 @@
 //! Custom sending domains.
 
 use super::{Client, ClientError, users::encode_path_segment};
-use crate::api::domains::{DomainIn, DomainListOut, DomainOut};
+use crate::{
+    api::domains::{DomainIn, DomainListOut, DomainOut},
+    ids::DomainId,
+};
 
 impl Client {
     pub async fn create_domain(&self, domain: &DomainIn) -> Result<DomainOut, ClientError> {
@@ -12,17 +15,17 @@ impl Client {
         self.get("/api/v1/domains").await
     }
 
-    pub async fn domain(&self, id: impl AsRef<str>) -> Result<DomainOut, ClientError> {
-        self.get(&format!("/api/v1/domains/{}", encode_path_segment(id.as_ref()))).await
+    pub async fn domain(&self, id: &DomainId) -> Result<DomainOut, ClientError> {
+        self.get(&format!("/api/v1/domains/{}", encode_path_segment(id.as_str()))).await
     }
 
     /// Checks the domain's records in the DNS now; the domain as it stands after the check.
-    pub async fn verify_domain(&self, id: impl AsRef<str>) -> Result<DomainOut, ClientError> {
-        let path = format!("/api/v1/domains/{}/verify", encode_path_segment(id.as_ref()));
+    pub async fn verify_domain(&self, id: &DomainId) -> Result<DomainOut, ClientError> {
+        let path = format!("/api/v1/domains/{}/verify", encode_path_segment(id.as_str()));
         Self::send(self.request(reqwest::Method::POST, &path)).await
     }
 
-    pub async fn delete_domain(&self, id: impl AsRef<str>) -> Result<(), ClientError> {
-        self.delete(&format!("/api/v1/domains/{}", encode_path_segment(id.as_ref()))).await
+    pub async fn delete_domain(&self, id: &DomainId) -> Result<(), ClientError> {
+        self.delete(&format!("/api/v1/domains/{}", encode_path_segment(id.as_str()))).await
     }
 }

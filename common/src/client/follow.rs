@@ -1,7 +1,8 @@
 //! Following a live stream (`/api/v1/activity/stream`, `/api/v1/in-app/stream`): connect, read
 //! typed events, and when the connection drops, reconnect with backoff and `Last-Event-ID`, so
 //! a follower sees every event once and in order across lost connections and daemon restarts.
-//! The CLI's `--follow` and `stream`, and the dashboard, all follow through [`Follower`].
+//! The CLI's `--follow` and `stream`, and the dashboard, all follow through [`Follower`], made by
+//! [`Client::follow_activity`] or [`Client::follow_inbox`].
 
 use std::time::Duration;
 
@@ -21,7 +22,8 @@ use crate::{
 pub enum ConnectionState {
     /// The first attempt is under way.
     Connecting,
-    /// Connected: events arrive as they happen.
+    /// Connected: the server accepted the stream, which fixed where it starts, so every change
+    /// from here on arrives as an event. A page loaded after this misses nothing in between.
     Live,
     /// Lost (`reason`); attempt `attempt` starts after `retry_in`.
     Reconnecting { attempt: u32, retry_in: Duration, reason: String },
@@ -109,23 +111,35 @@ enum Ended {
 }
 
 impl Client {
+    /// Follows the operators' live feed, `GET /api/v1/activity/stream` (an operator token or an
+    /// API key with `activity:read`): `activity.created` and `activity.updated` events.
+    pub fn follow_activity(&self, options: FollowOptions) -> Follower {
+        self.follow("/api/v1/activity/stream", options)
+    }
+
+    /// Follows an end user's inbox stream, `GET /api/v1/in-app/stream` (a user token):
+    /// `connection.ready`, `notification.created`, `notification.updated` and `stream.resync`.
+    pub fn follow_inbox(&self, options: FollowOptions) -> Follower {
+        self.follow("/api/v1/in-app/stream", options)
+    }
+
     /// Follows the stream at `path` (with this client's credential) until the returned
     /// [`Follower`] is dropped or the server refuses it for good.
-    pub fn follow(&self, path: &str, options: FollowOptions) -> Follower {
+    fn follow(&self, path: &'static str, options: FollowOptions) -> Follower {
         let (sender, receiver) = mpsc::channel(1024);
-        let task = tokio::spawn(run(self.clone(), path.to_owned(), options, sender));
+        let task = tokio::spawn(run(self.clone(), path, options, sender));
         Follower { receiver, task }
     }
 }
 
-async fn run(client: Client, path: String, options: FollowOptions, out: mpsc::Sender<Followed>) {
+async fn run(client: Client, path: &'static str, options: FollowOptions, out: mpsc::Sender<Followed>) {
     let mut last_id = options.last_event_id.clone();
     let mut attempt = 0u32;
     if out.send(Followed::State(ConnectionState::Connecting)).await.is_err() {
         return;
     }
     loop {
-        let ended = connect(&client, &path, &options, &mut last_id, &mut attempt, &out).await;
+        let ended = connect(&client, path, &options, &mut last_id, &mut attempt, &out).await;
         let (reason, at_least) = match ended {
             Ended::Closed => return,
             Ended::Fatal(reason) => {

@@ -1,5 +1,6 @@
 //! A typed HTTP client for Herald's API, shared by the CLI, the TUI and the tests. One file per
-//! resource adds its methods to [`Client`].
+//! resource adds its methods to [`Client`]; they take the contract's types (typed ids, channels,
+//! statuses, timestamps), never bare strings.
 
 mod activity;
 pub use activity::ActivityQuery;
@@ -9,6 +10,7 @@ mod applications;
 mod domains;
 mod health;
 mod inbox;
+pub use inbox::InboxQuery;
 mod notifications;
 mod otp;
 mod users;

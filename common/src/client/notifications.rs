@@ -3,9 +3,12 @@
 use reqwest::Method;
 
 use super::{Answer, Client, ClientError, users::encode_path_segment};
-use crate::api::{
-    notifications::{NotificationAccepted, NotificationIn, NotificationOut},
-    templates::{TemplateIn, TemplateListOut, TemplateOut},
+use crate::{
+    api::{
+        notifications::{NotificationAccepted, NotificationIn, NotificationOut},
+        templates::{TemplateIn, TemplateListOut, TemplateOut},
+    },
+    ids::{NotificationId, TemplateId},
 };
 
 impl Client {
@@ -32,16 +35,16 @@ impl Client {
         Self::answer(request).await
     }
 
-    pub async fn notification(&self, id: impl AsRef<str>) -> Result<NotificationOut, ClientError> {
-        self.get(&format!("/api/v1/notifications/{}", encode_path_segment(id.as_ref()))).await
+    pub async fn notification(&self, id: &NotificationId) -> Result<NotificationOut, ClientError> {
+        self.get(&format!("/api/v1/notifications/{}", encode_path_segment(id.as_str()))).await
     }
 
     pub async fn create_template(&self, template: &TemplateIn) -> Result<TemplateOut, ClientError> {
         self.post("/api/v1/templates", template).await
     }
 
-    pub async fn template(&self, id: impl AsRef<str>) -> Result<TemplateOut, ClientError> {
-        self.get(&format!("/api/v1/templates/{}", encode_path_segment(id.as_ref()))).await
+    pub async fn template(&self, id: &TemplateId) -> Result<TemplateOut, ClientError> {
+        self.get(&format!("/api/v1/templates/{}", encode_path_segment(id.as_str()))).await
     }
 
     pub async fn templates(&self) -> Result<TemplateListOut, ClientError> {
@@ -50,15 +53,15 @@ impl Client {
 
     pub async fn replace_template(
         &self,
-        id: impl AsRef<str>,
+        id: &TemplateId,
         template: &TemplateIn,
     ) -> Result<TemplateOut, ClientError> {
-        let path = format!("/api/v1/templates/{}", encode_path_segment(id.as_ref()));
+        let path = format!("/api/v1/templates/{}", encode_path_segment(id.as_str()));
         Self::send(self.request(Method::PUT, &path).json(template)).await
     }
 
     /// Deletes a template (204 on success).
-    pub async fn delete_template(&self, id: impl AsRef<str>) -> Result<(), ClientError> {
-        self.delete(&format!("/api/v1/templates/{}", encode_path_segment(id.as_ref()))).await
+    pub async fn delete_template(&self, id: &TemplateId) -> Result<(), ClientError> {
+        self.delete(&format!("/api/v1/templates/{}", encode_path_segment(id.as_str()))).await
     }
 }

@@ -3,7 +3,10 @@
 use reqwest::Method;
 
 use super::{Client, ClientError};
-use crate::api::otp::{OtpSendIn, OtpSendOut, OtpVerifyIn, OtpVerifyOut};
+use crate::{
+    api::otp::{OtpSendIn, OtpSendOut, OtpVerifyIn, OtpVerifyOut},
+    ids::OtpId,
+};
 
 impl Client {
     pub async fn send_otp(
@@ -18,12 +21,8 @@ impl Client {
         Self::send(builder).await
     }
 
-    pub async fn verify_otp(
-        &self,
-        transaction_id: impl AsRef<str>,
-        code: &str,
-    ) -> Result<OtpVerifyOut, ClientError> {
-        let body = OtpVerifyIn { transaction_id: transaction_id.as_ref().to_owned(), code: code.to_owned() };
+    pub async fn verify_otp(&self, transaction_id: &OtpId, code: &str) -> Result<OtpVerifyOut, ClientError> {
+        let body = OtpVerifyIn { transaction_id: transaction_id.to_string(), code: code.to_owned() };
         self.post("/api/v1/otp/verify", &body).await
     }
 }

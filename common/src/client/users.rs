@@ -1,16 +1,20 @@
 //! End-user tokens.
 
 use super::{Client, ClientError};
-use crate::api::users::{CurrentUserOut, UserTokenIn, UserTokenOut};
+use crate::{
+    api::users::{CurrentUserOut, UserTokenIn, UserTokenOut},
+    ids::UserId,
+};
 
 impl Client {
     /// Mints a token for `user_id` (needs an API key with `users:token`).
     pub async fn user_token(
         &self,
-        user_id: impl AsRef<str>,
+        user_id: &UserId,
         ttl_seconds: Option<u32>,
     ) -> Result<UserTokenOut, ClientError> {
-        let path = format!("/api/v1/users/{}/token", encode_path_segment(user_id.as_ref()));
+        // User ids may hold `@`, `:` and `+`.
+        let path = format!("/api/v1/users/{}/token", encode_path_segment(user_id.as_str()));
         self.post(&path, &UserTokenIn { ttl_seconds }).await
     }
 }

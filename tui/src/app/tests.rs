@@ -72,15 +72,26 @@ fn retrying_every_failed_item_counts_confirms_and_shows_progress() {
         vec![Command::FindFailed { channel: Some(Channel::Email) }]
     );
     let ids: Vec<TransactionId> = (0..3).map(|_| herald_common::ids::NotificationId::new().into()).collect();
-    app.update(Action::FailedFound(Ok(ids.clone())));
+    // The channel is the one asked about, even if the filter moved on meanwhile.
+    app.filter.channel = Some(Channel::Sms);
+    app.update(Action::FailedFound { channel: Some(Channel::Email), result: Ok(ids) });
     assert_eq!(app.question_text().unwrap(), "Retry 3 failed, retryable deliveries matching the filter?");
-    assert_eq!(app.update(Action::Key(KeyAction::Yes)), vec![Command::RetryMany(ids)]);
-    app.update(Action::BulkProgress { ok: true });
-    assert_eq!(app.bulk, Some(Bulk { total: 3, done: 1, failed: 0 }));
-    app.update(Action::BulkProgress { ok: false });
-    app.update(Action::BulkProgress { ok: true });
+    // No search: one call of the server's bulk retry.
+    assert_eq!(
+        app.update(Action::Key(KeyAction::Yes)),
+        vec![Command::RetryFailed { channel: Some(Channel::Email), expected: 3 }]
+    );
+    assert_eq!(app.bulk, Some(Bulk::Filter { expected: 3 }));
+    let queued = BulkRetryOut {
+        status: herald_common::api::activity::RetryStatus::RetryQueued,
+        count: 3,
+        queued_at: herald_common::Timestamp::from_millis(10_000),
+    };
+    app.update(Action::FailedRetried(Ok(queued)));
     assert_eq!(app.bulk, None);
-    assert_eq!(app.message.as_ref().unwrap().text, "2 queued again, 1 refused");
+    assert_eq!(app.message.as_ref().unwrap().text, "3 items queued again");
+    app.update(Action::FailedRetried(Err("insufficient_scope (403)".into())));
+    assert!(app.message.as_ref().unwrap().error);
 }
 
 #[test]
@@ -100,12 +111,17 @@ fn retrying_every_failed_item_honours_the_status_and_the_search() {
     );
     let ids: Vec<TransactionId> = (0..3).map(|_| herald_common::ids::NotificationId::new().into()).collect();
     app.filter.search = ids[1].as_str()[6..].to_ascii_uppercase();
-    app.update(Action::FailedFound(Ok(ids.clone())));
+    app.update(Action::FailedFound { channel: None, result: Ok(ids.clone()) });
     assert_eq!(app.question_text().unwrap(), "Retry 1 failed, retryable delivery matching the filter?");
+    // The bulk retry cannot search: the item the search picked, on its own.
     assert_eq!(app.update(Action::Key(KeyAction::Yes)), vec![Command::RetryMany(vec![ids[1].clone()])]);
+    assert_eq!(app.bulk, Some(Bulk::Items { total: 1, done: 0, failed: 0 }));
+    app.update(Action::BulkProgress { ok: false });
+    assert_eq!(app.bulk, None);
+    assert_eq!(app.message.as_ref().unwrap().text, "0 queued again, 1 refused");
 
     app.filter.search = "nothing-like-an-id".into();
-    app.update(Action::FailedFound(Ok(ids)));
+    app.update(Action::FailedFound { channel: None, result: Ok(ids) });
     assert_eq!(app.mode, Mode::Normal);
     assert_eq!(app.message.as_ref().unwrap().text, "no failed, retryable items match the filter");
 }
