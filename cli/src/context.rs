@@ -27,6 +27,10 @@ pub struct GlobalArgs {
     /// Print one JSON object per line (lists, follows, bulk sends).
     #[arg(long, global = true)]
     pub jsonl: bool,
+    /// Say what the CLI does, on stderr: -v each request's method, path, status and time; -vv
+    /// also the headers (credentials redacted).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
 }
 
 /// The run's settings: where Herald is, the credentials, how to print.
@@ -72,14 +76,35 @@ impl Context {
     }
 
     fn new(url: Option<String>, saved: Profile, out: Output, source: String) -> Self {
-        Self {
-            url: url.or(saved.url).unwrap_or_else(|| "http://127.0.0.1:8080".to_owned()),
-            api_key: env("HERALD_API_KEY").or(saved.api_key),
-            operator_token: env("HERALD_OPERATOR_TOKEN").or(saved.operator_token),
-            user_token: env("HERALD_USER_TOKEN").or(saved.user_token),
-            out,
-            source,
+        let url_from = match (&url, &saved.url) {
+            (Some(_), _) => "--url or HERALD_URL",
+            (None, Some(_)) => "the profile",
+            (None, None) => "the default",
+        };
+        // Where each credential came from, for -v (never what it is).
+        let mut origins = Vec::new();
+        let mut credential = |what: &str, variable: &str, saved: Option<String>| match (env(variable), saved)
+        {
+            (Some(value), _) => {
+                origins.push(format!("{what} from {variable}"));
+                Some(value)
+            }
+            (None, Some(value)) => {
+                origins.push(format!("{what} from the profile"));
+                Some(value)
+            }
+            (None, None) => None,
+        };
+        let api_key = credential("API key", "HERALD_API_KEY", saved.api_key);
+        let operator_token = credential("operator token", "HERALD_OPERATOR_TOKEN", saved.operator_token);
+        let user_token = credential("user token", "HERALD_USER_TOKEN", saved.user_token);
+        let url = url.or(saved.url).unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
+        tracing::debug!("Herald at {url} (from {url_from}); using {source}");
+        match origins.is_empty() {
+            true => tracing::debug!("no credentials"),
+            false => tracing::debug!("{}", origins.join(", ")),
         }
+        Self { url, api_key, operator_token, user_token, out, source }
     }
 
     /// A client without a credential.
@@ -97,15 +122,23 @@ impl Context {
     /// A client with the API key (server endpoints: send, OTP, templates, user tokens).
     pub fn server(&self) -> Result<Client, Fail> {
         let key = self.api_key.as_ref().ok_or_else(|| self.missing("API key", "HERALD_API_KEY"))?;
+        tracing::debug!("acting with the API key");
         Ok(self.anonymous().with_token(key))
     }
 
     /// A client for the operators' endpoints (activity, domains): the operator token, else the
     /// API key.
     pub fn operator(&self) -> Result<Client, Fail> {
-        let token = self.operator_token.as_ref().or(self.api_key.as_ref()).ok_or_else(|| {
-            self.missing("operator token or API key", "HERALD_OPERATOR_TOKEN or HERALD_API_KEY")
-        })?;
+        let (token, which) = match (&self.operator_token, &self.api_key) {
+            (Some(token), _) => (token, "the operator token"),
+            (None, Some(key)) => (key, "the API key (no operator token)"),
+            (None, None) => {
+                return Err(
+                    self.missing("operator token or API key", "HERALD_OPERATOR_TOKEN or HERALD_API_KEY")
+                );
+            }
+        };
+        tracing::debug!("acting with {which}");
         Ok(self.anonymous().with_token(token))
     }
 
@@ -124,6 +157,7 @@ impl Context {
         match user {
             Some(user) => {
                 let minted = self.server()?.user_token(user, Some(3600)).await?;
+                tracing::debug!("acting as {user}, with the token just minted");
                 Ok(self.anonymous().with_token(minted.token))
             }
             None => {
@@ -132,6 +166,7 @@ impl Context {
                         "give --user USER (a token is minted with the API key) or set HERALD_USER_TOKEN",
                     )
                 })?;
+                tracing::debug!("acting with the user token");
                 Ok(self.anonymous().with_token(token))
             }
         }

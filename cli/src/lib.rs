@@ -8,6 +8,7 @@ mod context;
 mod exit;
 mod output;
 mod style;
+mod verbose;
 
 use std::process::ExitCode;
 
@@ -85,6 +86,10 @@ pub fn main() -> ExitCode {
         }
         Command::Man { dir } => return report(cmd::man::exec(dir.as_deref()), false),
         _ => {}
+    }
+    // The dashboard owns the screen: lines on stderr would tear it.
+    if !matches!(cli.command, Command::Tui) {
+        verbose::init(cli.global.verbose);
     }
     let ctx = match context::Context::load(&cli.global) {
         Ok(ctx) => ctx,

@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use reqwest::{Method, StatusCode, header};
 use tokio::{sync::mpsc, task::JoinHandle};
 
-use super::{Client, decode};
+use super::{Client, decode, execute};
 use crate::{
     Problem,
     stream::{DecodeError, ResyncReason, StreamEvent},
@@ -176,7 +176,7 @@ async fn connect(
     if let Some(id) = last_id.as_deref() {
         request = request.header("Last-Event-ID", id);
     }
-    let response = match tokio::time::timeout(options.silence, request.send()).await {
+    let response = match tokio::time::timeout(options.silence, execute(request)).await {
         Err(_) => return Ended::Retry("no answer".to_owned()),
         Ok(Err(e)) => return Ended::Retry(transport_reason(&e)),
         Ok(Ok(response)) => response,

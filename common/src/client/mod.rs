@@ -1,6 +1,7 @@
 //! A typed HTTP client for Herald's API, shared by the CLI, the TUI and the tests. One file per
 //! resource adds its methods to [`Client`]; they take the contract's types (typed ids, channels,
-//! statuses, timestamps), never bare strings.
+//! statuses, timestamps), never bare strings. Every request goes through [`execute`], which
+//! tells `tracing` what went out and what came back ([`log`]: the CLI's `-v`).
 
 mod activity;
 pub use activity::ActivityQuery;
@@ -11,12 +12,14 @@ mod domains;
 mod health;
 mod inbox;
 pub use inbox::InboxQuery;
+mod log;
+pub use log::TARGET as LOG_TARGET;
 mod notifications;
 mod otp;
 mod users;
 
 pub use reqwest::Error as TransportError;
-use reqwest::{Method, RequestBuilder, StatusCode};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::Problem;
@@ -115,7 +118,7 @@ impl Client {
 
     /// Deletes `path`: success is any 2xx (usually 204 without a body).
     pub async fn delete(&self, path: &str) -> Result<(), ClientError> {
-        let response = self.request(Method::DELETE, path).send().await?;
+        let response = execute(self.request(Method::DELETE, path)).await?;
         if response.status().is_success() {
             return Ok(());
         }
@@ -131,7 +134,7 @@ impl Client {
 
     /// As [`Client::send`], also saying whether the answer is an idempotent replay.
     pub async fn answer<T: DeserializeOwned>(request: RequestBuilder) -> Result<Answer<T>, ClientError> {
-        let response = request.send().await?;
+        let response = execute(request).await?;
         let status = response.status();
         let header =
             |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -144,6 +147,12 @@ impl Client {
             Err(other) => Err(other),
         }
     }
+}
+
+/// Sends a request, through the log of requests.
+async fn execute(request: RequestBuilder) -> Result<Response, reqwest::Error> {
+    let (http, request) = request.build_split();
+    log::execute(&http, request?).await
 }
 
 fn decode<T: DeserializeOwned>(status: StatusCode, bytes: &[u8]) -> Result<T, ClientError> {
