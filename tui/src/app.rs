@@ -18,6 +18,7 @@ use crate::{
     feed::{Feed, Filter, Stats, Upsert},
     inbox::InboxPane,
     keymap::{KeyAction, Mode},
+    layout,
 };
 
 /// How long a changed row stays highlighted.
@@ -31,6 +32,8 @@ pub enum Action {
     Input(char),
     /// Time passed (ages and sparklines move on): the wall clock in ms.
     Tick(i64),
+    /// The terminal's size (columns, rows): at the start and on every resize.
+    Resize(u16, u16),
     /// The first page of the feed.
     ActivityPage(Result<ActivityList, String>),
     Activity(Followed),
@@ -144,8 +147,8 @@ pub struct App {
     pub detail: Option<Result<ActivityDetail, String>>,
     pub bulk: Option<Bulk>,
     pub message: Option<Message>,
-    /// Rows the activity table shows (set by the last draw), for page moves.
-    pub page_rows: usize,
+    /// The terminal's size (columns, rows), for page moves.
+    pub screen: (u16, u16),
     /// How far the help overlay is scrolled.
     pub help_scroll: usize,
     pub quit: bool,
@@ -176,7 +179,7 @@ impl App {
             detail: None,
             bulk: None,
             message: None,
-            page_rows: 10,
+            screen: (80, 24),
             help_scroll: 0,
             quit: false,
         }
@@ -209,6 +212,13 @@ impl App {
     pub fn selected_item(&self) -> Option<&ActivityItem> {
         let visible = self.visible();
         self.selected_index(&visible).map(|i| visible[i])
+    }
+
+    /// Rows the activity table shows on this screen: a page move's length.
+    pub fn page_rows(&self) -> usize {
+        let (width, height) = self.screen;
+        let areas = layout::areas(ratatui::layout::Rect::new(0, 0, width, height), self.inbox.is_some());
+        layout::table_rows(areas.activity).max(1)
     }
 
     fn move_selection(&mut self, delta: isize) {
@@ -249,6 +259,10 @@ impl App {
                 if self.message.as_ref().is_some_and(|m| now_ms - m.at_ms > MESSAGE_MS) {
                     self.message = None;
                 }
+                Vec::new()
+            }
+            Action::Resize(width, height) => {
+                self.screen = (width, height);
                 Vec::new()
             }
             Action::ActivityPage(Ok(page)) => {
@@ -397,8 +411,8 @@ impl App {
             }
             (Mode::Normal, K::Up) => self.move_selection(-1),
             (Mode::Normal, K::Down) => self.move_selection(1),
-            (Mode::Normal, K::PageUp) => self.move_selection(-(self.page_rows.max(1) as isize)),
-            (Mode::Normal, K::PageDown) => self.move_selection(self.page_rows.max(1) as isize),
+            (Mode::Normal, K::PageUp) => self.move_selection(-(self.page_rows() as isize)),
+            (Mode::Normal, K::PageDown) => self.move_selection(self.page_rows() as isize),
             (Mode::Normal, K::Top) => self.select_end(false),
             (Mode::Normal, K::Bottom) => self.select_end(true),
             (Mode::Normal, K::ShowDetail) => {

@@ -11,6 +11,7 @@ pub mod app;
 pub mod feed;
 pub mod inbox;
 pub mod keymap;
+pub mod layout;
 pub mod net;
 pub mod ui;
 
@@ -61,6 +62,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let mut net = net::Net::new(operator, server, actions);
     let mut app = App::new(settings.url.clone(), Timestamp::now().millis());
     let mut terminal = ratatui::try_init().context("cannot take over the terminal")?;
+    if let Ok(size) = terminal.size() {
+        app.update(Action::Resize(size.width, size.height));
+    }
     net.start();
     let result = event_loop(&mut terminal, &mut app, &mut net, receiver).await;
     ratatui::restore();
@@ -156,9 +160,9 @@ async fn event_loop(
                         None => Vec::new(),
                     }
                 }
-                Some(Ok(Event::Resize(..))) => {
+                Some(Ok(Event::Resize(width, height))) => {
                     draw_now = true;
-                    Vec::new()
+                    vec![Action::Resize(width, height)]
                 }
                 Some(Ok(_)) => Vec::new(),
                 Some(Err(e)) => return Err(e).context("cannot read the terminal"),
@@ -214,7 +218,7 @@ async fn recv_terminate(signal: &mut futures_util::stream::Pending<()>) {
     signal.next().await;
 }
 
-fn draw(terminal: &mut DefaultTerminal, app: &mut App, stats: &mut FrameStats) -> anyhow::Result<()> {
+fn draw(terminal: &mut DefaultTerminal, app: &App, stats: &mut FrameStats) -> anyhow::Result<()> {
     let started = Instant::now();
     terminal.draw(|frame| ui::draw(frame, app)).context("cannot draw")?;
     stats.frame(started.elapsed(), app);

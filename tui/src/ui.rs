@@ -1,7 +1,8 @@
-//! Drawing: a pure function of the [`App`]. The header (connection states, per-channel
-//! throughput and failure-rate sparklines, totals), the activity table, the inbox pane, the
-//! footer, and the overlays (filter menu, prompt, question, detail, help). Everything fits down to
-//! 80×24.
+//! Drawing: a pure function of the [`App`], which it only reads (what the state needs to know of
+//! the screen, such as a page's length, comes from [`crate::layout`], as the panes' places do
+//! here). The header (connection states, per-channel throughput and failure-rate sparklines,
+//! totals), the activity table, the inbox pane, the footer, and the overlays (filter menu,
+//! prompt, question, detail, help). Everything fits down to 80×24.
 
 use herald_common::{
     Timestamp,
@@ -24,6 +25,7 @@ use crate::{
     feed::BUCKET_SECONDS,
     inbox::InboxPane,
     keymap::{KEYMAP, Mode},
+    layout,
 };
 
 pub fn status_color(status: ActivityStatus) -> Color {
@@ -62,27 +64,14 @@ pub fn age(now_ms: i64, at: Timestamp) -> String {
     }
 }
 
-pub fn draw(frame: &mut Frame, app: &mut App) {
-    let [header, body, footer] =
-        Layout::vertical([Constraint::Length(7), Constraint::Min(6), Constraint::Length(1)])
-            .areas(frame.area());
-    draw_header(frame, app, header);
-    match app.inbox.is_some() {
-        true if body.width >= 140 => {
-            let [activity, inbox] =
-                Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(body);
-            draw_activity(frame, app, activity);
-            draw_inbox(frame, app, inbox);
-        }
-        true => {
-            let [activity, inbox] =
-                Layout::vertical([Constraint::Percentage(58), Constraint::Percentage(42)]).areas(body);
-            draw_activity(frame, app, activity);
-            draw_inbox(frame, app, inbox);
-        }
-        false => draw_activity(frame, app, body),
+pub fn draw(frame: &mut Frame, app: &App) {
+    let areas = layout::areas(frame.area(), app.inbox.is_some());
+    draw_header(frame, app, areas.header);
+    draw_activity(frame, app, areas.activity);
+    if let Some(inbox) = areas.inbox {
+        draw_inbox(frame, app, inbox);
     }
-    draw_footer(frame, app, footer);
+    draw_footer(frame, app, areas.footer);
     match app.mode {
         Mode::Filter => draw_filter(frame, app),
         Mode::Input => draw_prompt(frame, app),
@@ -166,7 +155,7 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_widget(Paragraph::new(totals_line), totals);
 }
 
-fn draw_activity(frame: &mut Frame, app: &mut App, area: Rect) {
+fn draw_activity(frame: &mut Frame, app: &App, area: Rect) {
     let mut title = " Activity ".to_owned();
     if !app.filter.is_empty() {
         title = format!(" Activity · {} ", app.filter.describe());
@@ -177,8 +166,7 @@ fn draw_activity(frame: &mut Frame, app: &mut App, area: Rect) {
     let block = Block::default().borders(Borders::ALL).title(title);
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let rows_fit = inner.height.saturating_sub(1) as usize;
-    app.page_rows = rows_fit.max(1);
+    let rows_fit = layout::table_rows(area);
     let now = app.now_ms;
     let visible = app.visible();
     if visible.is_empty() {
@@ -468,7 +456,7 @@ mod tests {
 
     const NOW: i64 = 1_795_000_000_000;
 
-    fn render(app: &mut App, width: u16, height: u16) -> String {
+    fn render(app: &App, width: u16, height: u16) -> String {
         let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
         terminal.draw(|frame| draw(frame, app)).unwrap();
         let buffer = terminal.backend().buffer();
@@ -510,8 +498,8 @@ mod tests {
 
     #[test]
     fn the_activity_pane_at_80_by_24() {
-        let mut app = app();
-        let screen = render(&mut app, 80, 24);
+        let app = app();
+        let screen = render(&app, 80, 24);
         insta::assert_snapshot!("activity_80x24", screen);
         assert!(screen.contains("activity: live"));
         assert!(screen.contains("failed"));
@@ -524,7 +512,7 @@ mod tests {
         app.update(Action::Key(KeyAction::CycleChannel));
         app.update(Action::Key(KeyAction::Close));
         app.update(Action::Key(KeyAction::Top));
-        insta::assert_snapshot!("activity_filtered_120x30", render(&mut app, 120, 30));
+        insta::assert_snapshot!("activity_filtered_120x30", render(&app, 120, 30));
     }
 
     #[test]
@@ -551,7 +539,7 @@ mod tests {
         pane.state = ConnectionState::Live;
         pane.created(read, NOW - 60_000);
         pane.created(fresh, NOW + 3_000);
-        let screen = render(&mut app, 80, 24);
+        let screen = render(&app, 80, 24);
         insta::assert_snapshot!("inbox_80x24", screen);
         assert!(screen.contains("Inbox · ann · 1 unread · live"));
     }
@@ -560,14 +548,14 @@ mod tests {
     fn the_overlays() {
         let mut app = app();
         app.update(Action::Key(KeyAction::ToggleHelp));
-        let help = render(&mut app, 100, 40);
+        let help = render(&app, 100, 40);
         for binding in KEYMAP {
             assert!(help.contains(binding.help), "the help lists `{}`", binding.help);
         }
         app.update(Action::Key(KeyAction::Close));
         app.update(Action::Key(KeyAction::Top));
         app.update(Action::Key(KeyAction::Retry));
-        insta::assert_snapshot!("confirm_80x24", render(&mut app, 80, 24));
+        insta::assert_snapshot!("confirm_80x24", render(&app, 80, 24));
         app.update(Action::Key(KeyAction::No));
         app.update(Action::Key(KeyAction::ShowDetail));
         let selected = app.selected_item().unwrap().clone();
@@ -590,7 +578,7 @@ mod tests {
             receipts: Vec::new(),
             failed_verifications: None,
         })));
-        insta::assert_snapshot!("detail_80x24", render(&mut app, 80, 24));
+        insta::assert_snapshot!("detail_80x24", render(&app, 80, 24));
     }
 
     #[test]

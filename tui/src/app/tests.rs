@@ -181,6 +181,22 @@ fn a_user_is_picked_and_their_stream_applied() {
 }
 
 #[test]
+fn a_page_move_is_the_rows_the_table_shows_on_this_screen() {
+    let items: Vec<ActivityItem> =
+        (0..60).map(|i| item(Channel::Email, ActivityStatus::Sent, 60 - i)).collect();
+    let mut app = app_with(&items);
+    app.update(Action::Resize(100, 30));
+    app.update(Action::Key(KeyAction::Top));
+    app.update(Action::Key(KeyAction::PageDown));
+    // 30 rows: 7 of header, 1 of footer, the table's border and header row.
+    let rows = 30 - 7 - 1 - 3;
+    assert_eq!(app.selected.as_ref(), Some(&items[rows].transaction_id));
+    // The inbox pane takes part of the body: a page is shorter.
+    app.inbox = Some(InboxPane::new(UserId::parse("ann").unwrap()));
+    assert!(app.page_rows() < rows);
+}
+
+#[test]
 fn quitting_works_from_any_mode() {
     let mut app = app_with(&[]);
     app.update(Action::Key(KeyAction::ToggleHelp));
