@@ -38,10 +38,21 @@ impl InboxPane {
         }
     }
 
-    /// The first page (or a reload after a resync).
+    /// A page: the first, or a reload (after a resync or a reconnection). An item the stream
+    /// brought that the page lacks and that is newer than all of it was created after the page
+    /// was read, so it stays on top, and counts if unread (ids sort by creation).
     pub fn load(&mut self, page: InboxOut) {
-        self.items = page.notifications.into_iter().take(CAPACITY).collect();
-        self.unread = page.unread_count;
+        let newest = page.notifications.first().map(|i| i.id.clone());
+        let newer: Vec<InboxItem> = self
+            .items
+            .iter()
+            .filter(|i| newest.as_ref().is_none_or(|n| i.id > *n))
+            .filter(|i| self.arrived.iter().any(|(id, _)| *id == i.id))
+            .cloned()
+            .collect();
+        let unread_newer = newer.iter().filter(|i| !i.is_read && !i.archived).count() as u64;
+        self.items = newer.into_iter().chain(page.notifications).take(CAPACITY).collect();
+        self.unread = page.unread_count + unread_newer;
         self.loaded = true;
     }
 
@@ -121,5 +132,20 @@ mod tests {
         assert!(pane.updated(read), "the same state again changes nothing");
         assert_eq!(pane.unread, 1);
         assert!(!pane.updated(inbox_item("unknown", true)));
+    }
+
+    #[test]
+    fn a_page_keeps_what_the_stream_brought_while_it_loaded() {
+        let mut pane = InboxPane::new(UserId::parse("ann").unwrap());
+        let (old, during) = (inbox_item("old", false), inbox_item("during", false));
+        // The stream is live, the page is asked for; an item is created after the page was read
+        // and its event arrives first.
+        pane.created(during.clone(), 10_000);
+        pane.load(InboxOut { unread_count: 1, notifications: vec![old.clone()], next_cursor: None });
+        let titles: Vec<&str> = pane.items.iter().map(|i| i.title.as_str()).collect();
+        assert_eq!((titles, pane.unread), (vec!["during", "old"], 2));
+        // A page read after it holds it already: once, counted once.
+        pane.load(InboxOut { unread_count: 2, notifications: vec![during, old], next_cursor: None });
+        assert_eq!((pane.items.len(), pane.unread), (2, 2));
     }
 }
