@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, path::Path, process::Stdio, time::Duration};
 
 use herald_common::{
     Scope,
-    api::{admin::Bootstrapped, notifications::Channel},
+    api::{activity::ActivityStatus, admin::Bootstrapped, notifications::Channel},
     client::{ActivityQuery, Client},
 };
 use herald_tests::{Backend, TestDaemon, both_backends, eventually, peers::SmtpSink};
@@ -373,6 +373,65 @@ async fn cli_colour_only_on_a_terminal_without_no_color() {
     assert!(!screen.contains("\u{1b}[3"), "no colour with NO_COLOR: {screen:?}");
     // Piped: no colour either.
     assert!(!cli.run(&["health"]).await.ok().contains('\u{1b}'));
+    d.stop().await;
+}
+
+/// `activity retry --all-failed` over more failures than a page of the feed holds: counted (the
+/// permanent failure left out), refused without a terminal or `--yes`, then queued by the
+/// server's bulk retry; and `-vv` tells each request on stderr, never a credential.
+#[tokio::test]
+async fn cli_retries_every_failed_item_in_bulk() {
+    let smtp = SmtpSink::start().await;
+    let d = TestDaemon::start_with(Backend::Sqlite, smtp_env(&smtp)).await;
+    let cli = Cli::new(&d).await;
+    const BUSY: usize = 120;
+    for i in 0..BUSY {
+        smtp.set_rule(&format!("busy{i}@example.com"), "451");
+    }
+    smtp.set_rule("gone@example.com", "550");
+    let api = cli.api();
+    let email = |to: String| herald_common::api::notifications::NotificationIn::new(Channel::Email, to, "x");
+    for i in 0..BUSY {
+        api.send_notification(&email(format!("busy{i}@example.com")), None).await.unwrap();
+    }
+    api.send_notification(&email("gone@example.com".into()), None).await.unwrap();
+    let operator = d.with_token(&cli.operator);
+    let failed = ActivityQuery { status: Some(ActivityStatus::Failed), limit: Some(1), ..Default::default() };
+    eventually("every delivery to fail", Duration::from_secs(60), || async {
+        (operator.activity(&failed).await.unwrap().total_count == BUSY as u64 + 1).then_some(())
+    })
+    .await;
+
+    let dry = cli.run(&["activity", "retry", "--all-failed", "--dry-run", "--jsonl"]).await;
+    assert_eq!(dry.ok().lines().count(), BUSY, "both pages; not the permanent failure");
+    cli.run(&["activity", "retry", "--all-failed"])
+        .await
+        .failed(2, &format!("{BUSY} items would be retried"));
+
+    smtp.clear_rules();
+    let retried = cli.run(&["activity", "retry", "--all-failed", "--yes", "--json", "-vv"]).await;
+    let queued = retried.json();
+    assert_eq!(
+        (queued["status"].as_str(), queued["count"].as_u64()),
+        (Some("retry_queued"), Some(BUSY as u64))
+    );
+    let told = &retried.stderr;
+    for line in [
+        "GET /api/v1/activity?status=failed&page=2&limit=100 → 200 OK",
+        "POST /api/v1/activity/retry → 202 Accepted",
+        "> authorization: Bearer [redacted]",
+        "acting with the operator token",
+    ] {
+        assert!(told.contains(line), "stderr lacks `{line}`:\n{told}");
+    }
+    for secret in ["eyJ", "hk_", cli.operator.as_str(), cli.boot.api_key.as_str()] {
+        assert!(!told.contains(secret), "a credential on stderr:\n{told}");
+    }
+    assert_eq!(smtp.wait_for(BUSY, Duration::from_secs(60)).await.len(), BUSY);
+    let none_left = cli.run(&["activity", "retry", "--all-failed", "--yes"]).await;
+    assert!(none_left.ok().contains("no failed, retryable deliveries match"), "{}", none_left.stdout);
+    // Without -v, stderr stays quiet.
+    assert!(cli.run(&["health"]).await.stderr.is_empty());
     d.stop().await;
 }
 

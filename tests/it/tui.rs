@@ -102,6 +102,52 @@ async fn dashboard(backend: Backend) {
 }
 both_backends!(dashboard_in_a_terminal_on_each_backend, dashboard);
 
+/// Failures from before the dashboard opened come with its first page (loaded once the live feed
+/// is connected); `R` counts the failed, retryable ones, asks, and queues them with one bulk
+/// retry; they turn sent.
+#[tokio::test]
+async fn dashboard_retries_every_failed_item_at_once() {
+    let smtp = SmtpSink::start().await;
+    let d = TestDaemon::start_with(
+        Backend::Sqlite,
+        vec![("HERALD_SMTP_URL", smtp.url()), ("HERALD_RETRY_SCHEDULE", "100ms".to_owned())],
+    )
+    .await;
+    let cli = Cli::new(&d).await;
+    let api = herald_common::client::Client::new(&cli.url).with_token(&cli.boot.api_key);
+    let mut ids = Vec::new();
+    for name in ["ann", "bob", "cy"] {
+        smtp.set_rule(&format!("{name}@example.com"), "451");
+        let n = NotificationIn::new(Channel::Email, format!("{name}@example.com"), "Hello");
+        ids.push(api.send_notification(&n, None).await.unwrap().notification_id);
+    }
+    let operator = d.with_token(&cli.operator);
+    for id in &ids {
+        eventually("the delivery to fail", WAIT, || async {
+            let item = operator.activity_item(id).await.unwrap().item;
+            (item.status == "failed").then_some(())
+        })
+        .await;
+    }
+
+    let term = Terminal::start(&cli, "bulk", &["tui"], &[]).await;
+    for id in &ids {
+        line_with(&term, id.as_str(), "the failure in the first page", |l| l.contains("failed")).await;
+    }
+    smtp.clear_rules();
+    term.keys(&["R"]);
+    line_with(&term, "Retry 3 failed, retryable deliveries?", "the question", |_| true).await;
+    term.keys(&["y"]);
+    line_with(&term, "3 items queued again", "the bulk retry's answer", |_| true).await;
+    for id in &ids {
+        line_with(&term, id.as_str(), "the retried delivery to be sent", |l| l.contains("sent")).await;
+    }
+    assert_eq!(smtp.wait_for(3, WAIT).await.len(), 3);
+    term.keys(&["q"]);
+    line_with(&term, "[exit 0]", "the dashboard to quit", |_| true).await;
+    d.stop().await;
+}
+
 /// Ctrl-C quits from anywhere, and a refused credential shows as the stream's state (not a
 /// crash): reconnecting would not fix a 401.
 #[tokio::test]
