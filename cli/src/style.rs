@@ -32,9 +32,10 @@ impl Tone {
 
     pub fn of_activity(status: ActivityStatus) -> Tone {
         match status {
-            ActivityStatus::Sent | ActivityStatus::Delivered | ActivityStatus::Read | ActivityStatus::Verified => {
-                Tone::Good
-            }
+            ActivityStatus::Sent
+            | ActivityStatus::Delivered
+            | ActivityStatus::Read
+            | ActivityStatus::Verified => Tone::Good,
             ActivityStatus::Queued | ActivityStatus::Sending => Tone::Busy,
             ActivityStatus::Failed
             | ActivityStatus::Tombstoned
