@@ -209,7 +209,8 @@ both_backends!(inbox_in_a_browser_on_each_backend, inbox_in_a_browser);
 async fn two_unread(origin: &str) -> (TestDaemon, Bootstrapped, String) {
     let d = TestDaemon::start_with(Backend::Sqlite, reader_env(origin)).await;
     let boot = d.bootstrap().await;
-    let token = d.with_token(&boot.api_key).user_token(&herald_tests::user_id("ann"), None).await.unwrap().token;
+    let token =
+        d.with_token(&boot.api_key).user_token(&herald_tests::user_id("ann"), None).await.unwrap().token;
     send(&d, &boot.api_key, &["old 1", "old 2"]).await;
     (d, boot, token)
 }

@@ -156,3 +156,39 @@ both_backends!(
     concurrent_receipts_settle_on_the_highest_on_each_backend,
     concurrent_receipts_settle_on_the_highest
 );
+
+/// An item a receipt made `undelivered` and retryable is retried like a failed one (alone and in
+/// bulk); one whose receipt says it can never arrive is not.
+async fn undelivered_items_are_retried(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, app) = open(backend, dir.path()).await;
+    let unreachable = sent_sms(&store, (&tenant, &app), "SM1000").await;
+    let landline = sent_sms(&store, (&tenant, &app), "SM1001").await;
+    let bulk = sent_sms(&store, (&tenant, &app), "SM1002").await;
+    for id in [&unreachable, &bulk] {
+        store.record_receipt(receipt(id, DeliveryStatus::Undelivered, "undelivered")).await.unwrap();
+    }
+    let mut never = receipt(&landline, DeliveryStatus::Undelivered, "undelivered");
+    never.retryable = false;
+    store.record_receipt(never).await.unwrap();
+    let now = herald_daemon::store::now_millis();
+    let retry = |id: &herald_common::ids::NotificationId| {
+        let (store, tenant, id) =
+            (store.clone(), tenant.clone(), herald_common::ids::TransactionId::Notification(id.clone()));
+        async move { store.retry_notification(&tenant, &id, now).await.unwrap() }
+    };
+    assert_eq!(retry(&unreachable).await, herald_daemon::store::RetryResult::Queued);
+    assert_eq!(retry(&landline).await, herald_daemon::store::RetryResult::NotRetryable);
+    assert_eq!(status_of(&store, &unreachable).await.0, DeliveryStatus::Queued);
+    let mut filter = herald_daemon::store::ActivityFilter::tenant(tenant.clone());
+    filter.channel = Some(Channel::Sms);
+    assert_eq!(
+        store.retry_matching(filter, now, 100).await.unwrap(),
+        1,
+        "the bulk retry takes the retryable one"
+    );
+    assert_eq!(status_of(&store, &bulk).await.0, DeliveryStatus::Queued);
+    assert_eq!(status_of(&store, &landline).await.0, DeliveryStatus::Undelivered);
+    store.close().await;
+}
+both_backends!(undelivered_items_are_retried_on_each_backend, undelivered_items_are_retried);

@@ -43,6 +43,11 @@ wire_enum! {
 }
 
 impl ActivityStatus {
+    /// The statuses a retry applies to, when the item is `retryable`: Herald gave up
+    /// (`failed`), or a receipt said it did not arrive (`undelivered`, `bounced`).
+    pub const RETRIED: [ActivityStatus; 3] =
+        [ActivityStatus::Failed, ActivityStatus::Undelivered, ActivityStatus::Bounced];
+
     /// A final state: nothing more will happen to the item unless it is retried.
     pub fn is_final(self) -> bool {
         !matches!(self, ActivityStatus::Queued | ActivityStatus::Sending)

@@ -49,10 +49,10 @@ impl ActivityQuery {
     pub const MAX_LIMIT: u32 = 100;
 
     /// The failed items of a bulk retry's filter, a full page at a time.
-    pub fn failed(filter: &BulkRetryIn) -> Self {
+    pub fn failed(filter: &BulkRetryIn, status: ActivityStatus) -> Self {
         Self {
             channel: filter.channel,
-            status: Some(ActivityStatus::Failed),
+            status: Some(status),
             application_id: filter.application_id.clone(),
             from: filter.from,
             to: filter.to,
@@ -112,22 +112,25 @@ impl Client {
     /// item that fails while the walk goes on shifts the pages down, so one seen twice is kept
     /// once.
     pub async fn failed_retryable(&self, filter: &BulkRetryIn) -> Result<Vec<ActivityItem>, ClientError> {
-        let mut query = ActivityQuery::failed(filter);
         let mut seen = HashSet::new();
         let mut found = Vec::new();
-        loop {
-            let page = self.activity(&query).await?;
-            let (number, full) = (page.page, page.limit > 0 && page.items.len() >= page.limit as usize);
-            let walked = u64::from(page.page) * u64::from(page.limit);
-            for item in page.items {
-                if item.retryable && seen.insert(item.transaction_id.clone()) {
-                    found.push(item);
+        for status in ActivityStatus::RETRIED {
+            let mut query = ActivityQuery::failed(filter, status);
+            loop {
+                let page = self.activity(&query).await?;
+                let (number, full) = (page.page, page.limit > 0 && page.items.len() >= page.limit as usize);
+                let walked = u64::from(page.page) * u64::from(page.limit);
+                for item in page.items {
+                    if item.retryable && seen.insert(item.transaction_id.clone()) {
+                        found.push(item);
+                    }
                 }
+                if !full || walked >= page.total_count {
+                    break;
+                }
+                query.page = Some(number + 1);
             }
-            if !full || walked >= page.total_count {
-                return Ok(found);
-            }
-            query.page = Some(number + 1);
         }
+        Ok(found)
     }
 }

@@ -438,8 +438,10 @@ impl Store {
                 let now_p = sql.int(now);
                 let (n_where, _) = conditions(&filter, &mut sql, &now_p);
                 let max_p = sql.int(max);
+                let retried = retried_statuses();
                 let text = format!(
-                    "SELECT n.id FROM notifications n WHERE {n_where} AND n.status = 'failed' AND n.retryable
+                    "SELECT n.id FROM notifications n
+                     WHERE {n_where} AND n.status IN ({retried}) AND n.retryable
                      ORDER BY n.created_at LIMIT {max_p}"
                 );
                 let ids: Vec<NotificationId> =
@@ -457,17 +459,24 @@ impl Store {
     }
 }
 
-/// Sets a failed, retryable notification back to `queued` with a new delivery job.
-async fn requeue(conn: &mut Conn<'_>, tenant: &TenantId, id: &TransactionId, now: i64) -> StoreResult<bool> {
-    let updated = execute!(
-        conn,
+/// The statuses a retry applies to, as an SQL list (`'failed', 'undelivered', 'bounced'`).
+fn retried_statuses() -> String {
+    ActivityStatus::RETRIED.iter().map(|s| format!("'{s}'")).collect::<Vec<_>>().join(", ")
+}
+
+static REQUEUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
         "UPDATE notifications SET status = 'queued', retry_count = retry_count + 1, retryable = FALSE,
              failure_reason = NULL, updated_at = $3
-         WHERE id = $1 AND tenant_id = $2 AND status = 'failed' AND retryable",
-        id,
-        tenant,
-        now
-    )?;
+         WHERE id = $1 AND tenant_id = $2 AND status IN ({}) AND retryable",
+        retried_statuses()
+    )
+});
+
+/// Sets a retryable notification that failed, or that a receipt said did not arrive
+/// (`undelivered`, `bounced`; see `ActivityStatus::RETRIED`), back to `queued` with a new delivery job.
+async fn requeue(conn: &mut Conn<'_>, tenant: &TenantId, id: &TransactionId, now: i64) -> StoreResult<bool> {
+    let updated = execute!(conn, REQUEUE.as_str(), id, tenant, now)?;
     if updated == 0 {
         return Ok(false);
     }
