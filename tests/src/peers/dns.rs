@@ -36,7 +36,8 @@ struct Zone {
     /// Lower-case name without the final dot → its TXT records, each a list of strings.
     txt: HashMap<String, Vec<Vec<String>>>,
     servfail: HashSet<String>,
-    queries: usize,
+    /// Lower-case name without the final dot → how many queries asked about it.
+    queries: HashMap<String, usize>,
 }
 
 #[derive(Clone, Default)]
@@ -59,7 +60,7 @@ impl RequestHandler for Handler {
         let owner = Name::from(info.query.name().clone());
         let (code, answers) = {
             let mut zone = self.0.lock().expect("zone lock");
-            zone.queries += 1;
+            *zone.queries.entry(name.clone()).or_default() += 1;
             if zone.servfail.contains(&name) {
                 (ResponseCode::ServFail, Vec::new())
             } else {
@@ -194,9 +195,16 @@ impl DnsServer {
         }
     }
 
-    /// How many queries the server has answered.
-    pub fn queries(&self) -> usize {
-        self.zone().queries
+    /// How many queries the server has answered about `domain` and the names under it.
+    pub fn queries_under(&self, domain: &str) -> usize {
+        let domain = key(domain);
+        let under = format!(".{domain}");
+        self.zone()
+            .queries
+            .iter()
+            .filter(|(name, _)| **name == domain || name.ends_with(&under))
+            .map(|(_, n)| n)
+            .sum()
     }
 
     fn zone(&self) -> std::sync::MutexGuard<'_, Zone> {
