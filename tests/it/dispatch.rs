@@ -6,7 +6,7 @@ use std::time::Duration;
 use herald_common::{
     ErrorCode, Scope,
     api::notifications::{Channel, DeliveryStatus, NotificationIn, NotificationOut},
-    client::Client,
+    client::{ActivityQuery, Client},
 };
 use herald_tests::{
     Backend, TestDaemon, both_backends, eventually,
@@ -289,7 +289,16 @@ async fn idempotency_keys(backend: Backend) {
     assert_eq!(ids.len(), 1, "one notification for one key");
     let id = ids.into_iter().next().unwrap();
     settled(&key, &id).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Nothing of the tenant is still queued or being sent, so had the race made a second
+    // notification, it would have reached the SMTP peer by now (one is `sent` only once the
+    // peer has taken it).
+    let feed = eventually("every notification to settle", Duration::from_secs(15), || async {
+        let feed = key.activity(&ActivityQuery { limit: Some(100), ..Default::default() }).await.unwrap();
+        feed.items.iter().all(|i| !["queued", "sending"].contains(&i.status.as_str())).then_some(feed)
+    })
+    .await;
+    let race: Vec<_> = feed.items.iter().filter(|i| i.recipient_masked == "r**e@example.com").collect();
+    assert_eq!(race.len(), 1, "one notification for one key: {race:?}");
     let received: Vec<_> =
         p.smtp.messages().into_iter().filter(|m| m.rcpt_tos == ["race@example.com"]).collect();
     assert_eq!(received.len(), 1, "one delivery for one key");
