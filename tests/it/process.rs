@@ -4,6 +4,7 @@
 use std::{path::Path, process::Stdio, time::Duration};
 
 use herald_common::{Scope, api::admin::Bootstrapped, client::Client};
+use herald_tests::eventually;
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     process::{Child, Command},
@@ -228,9 +229,27 @@ async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
         boot.api_key
     );
     stream.write_all(head.as_bytes()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The signal once the daemon is handling the request (tower-http logs its start at debug)...
+    let mut seen = Vec::new();
+    tokio::time::timeout(Duration::from_secs(15), async {
+        while let Some(line) = logs.recv().await {
+            let started = line.contains("started processing request") && line.contains("in-flight-1");
+            seen.push(line);
+            if started {
+                return;
+            }
+        }
+        panic!("heraldd's log ended");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the request's start is logged: {seen:#?}"));
     terminate(&child);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...and the rest of the body once it has stopped accepting connections (graceful shutdown
+    // closes the listener first).
+    eventually("heraldd to stop accepting connections", Duration::from_secs(15), || async {
+        tokio::net::TcpStream::connect(&addr).await.is_err().then_some(())
+    })
+    .await;
     stream.write_all(b"}").await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
@@ -239,12 +258,11 @@ async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
     assert_eq!(exit_code(child).await, 0, "a graceful stop exits 0");
 
     // The request's log line carries its request id (JSON logs, span fields included).
-    let mut saw = false;
     while let Ok(line) = logs.try_recv() {
-        saw |= line.contains("in-flight-1");
-        assert!(!line.contains(&boot.api_key), "an API key never reaches the log");
+        seen.push(line);
     }
-    assert!(saw, "a log line names the request id");
+    assert!(seen.iter().all(|line| !line.contains(&boot.api_key)), "an API key never reaches the log");
+    assert!(seen.iter().any(|line| line.contains("in-flight-1")), "a log line names the request id");
 }
 
 #[tokio::test]
