@@ -404,8 +404,9 @@ async fn bursts_replay_exactly_once_in_order(backend: Backend) {
         n
     };
 
-    /// Reads `follower` until the event of `sentinel`: the event ids seen, in order.
-    async fn until(follower: &mut Follower, sentinel: &str) -> Vec<String> {
+    /// Reads `follower` until the event of an item that `last` accepts: the event ids seen, in
+    /// order.
+    async fn until(follower: &mut Follower, mut last: impl FnMut(&ActivityItem) -> bool) -> Vec<String> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         let mut ids = Vec::new();
         loop {
@@ -415,7 +416,7 @@ async fn bursts_replay_exactly_once_in_order(backend: Backend) {
                     event: StreamEvent::ActivityCreated(item) | StreamEvent::ActivityUpdated(item),
                 })) => {
                     ids.push(id);
-                    if item.transaction_id == sentinel {
+                    if last(&item) {
                         return ids;
                     }
                 }
@@ -445,10 +446,19 @@ async fn bursts_replay_exactly_once_in_order(backend: Backend) {
     ))
     .await;
     smtp.wait_for(100, Duration::from_secs(30)).await;
-    // The emails' last changes are seen, then the sentinel ends each read.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The emails' last changes (`sent`) are seen, so no change of the burst is still to come;
+    // then the sentinel, read by a later poll than any of them, ends each read.
+    let mut sent_emails = std::collections::HashSet::new();
+    let mut ids = until(&mut live, |item| {
+        if item.channel == Channel::Email && item.status == "sent" {
+            sent_emails.insert(item.transaction_id.clone());
+        }
+        sent_emails.len() == 100
+    })
+    .await;
     let sentinel = key.send_notification(&in_app(10_000), None).await.unwrap().notification_id.to_string();
-    let ids = until(&mut live, &sentinel).await;
+    let is_sentinel = |item: &ActivityItem| item.transaction_id == sentinel.as_str();
+    ids.extend(until(&mut live, is_sentinel).await);
     assert!(ids.len() >= 1_301, "every item of the burst and the sentinel: {}", ids.len());
     let key_of = |id: &str| {
         let (ms, rest) = id.split_once('-').unwrap();
@@ -488,7 +498,7 @@ async fn bursts_replay_exactly_once_in_order(backend: Backend) {
             latest.iter().filter(|key| *key > point).map(|(ms, id)| format!("{ms}-{id}")).collect();
         let options = FollowOptions { last_event_id: Some(ids[at].clone()), ..Default::default() };
         let mut resumed = operator.follow_activity(options);
-        assert_eq!(until(&mut resumed, &sentinel).await, expected, "resumed after event {at}");
+        assert_eq!(until(&mut resumed, is_sentinel).await, expected, "resumed after event {at}");
     }
     d.stop().await;
 }
