@@ -520,7 +520,16 @@ async fn late_commits_within_the_window_arrive(backend: Backend) {
         n.title = Some("t".into());
         n
     };
-    let mut live = operator.follow_activity(FollowOptions::default());
+    // The follower resumes from a point three windows back (a dashboard reconnecting): nothing
+    // stamped after it is left out for being older than the stream, so a change stamped two
+    // windows before the newest is left out by the window alone, without waiting that long.
+    let window = herald_daemon::stream::activity::REORDER_WINDOW_MS;
+    let resume_at = herald_common::Timestamp::now().millis() - 3 * window;
+    let options = FollowOptions {
+        last_event_id: Some(format!("{resume_at}-{}", herald_common::ids::NotificationId::new())),
+        ..Default::default()
+    };
+    let mut live = operator.follow_activity(options);
     while live.next().await != Some(Followed::State(ConnectionState::Live)) {}
     let mut next_id = async || loop {
         match tokio::time::timeout(Duration::from_secs(10), live.next()).await.expect("an event in time") {
@@ -532,43 +541,44 @@ async fn late_commits_within_the_window_arrive(backend: Backend) {
             None => panic!("the stream ended"),
         }
     };
-    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let millis_of = |id: &str| -> i64 { id.split_once('-').unwrap().0.parse().unwrap() };
     let early = key.send_notification(&send("early"), None).await.unwrap().notification_id.to_string();
     let early_id = next_id().await;
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(early_id.ends_with(&early), "{early_id}");
+    let early_ms = millis_of(&early_id);
+    // `newer` is stamped at least 2 ms after `early`, leaving room for a change between them.
+    eventually("the wall clock to pass early's stamp", Duration::from_secs(5), || async {
+        (herald_common::Timestamp::now().millis() > early_ms + 1).then_some(())
+    })
+    .await;
     key.send_notification(&send("newer"), None).await.unwrap();
     let newer_id = next_id().await;
-    let newer_ms: i64 = newer_id.split_once('-').unwrap().0.parse().unwrap();
-    assert!(early_id.ends_with(&early), "{early_id}");
+    let newer_ms = millis_of(&newer_id);
 
-    // `early` changes again, stamped half a second before `newer` was sent.
-    let late = newer_ms - 500;
+    // `early` changes again, stamped after its first change but (up to) half a second before
+    // `newer` was sent.
+    let late = (newer_ms - 500).max(early_ms + 1);
     let url = d.database_url.clone();
     backend
         .execute(&url, &[format!("UPDATE notifications SET updated_at = {late} WHERE id = '{early}'")])
         .await;
     assert_eq!(next_id().await, format!("{late}-{early}"), "the late change arrives");
-    // Another, stamped before the window: not sent (a reconnect or a reload shows it).
-    let too_late = newer_ms - 2 * herald_daemon::stream::activity::REORDER_WINDOW_MS;
+    // Another, stamped before the window (and after the stream's start): not sent (a reconnect
+    // or a reload shows it).
+    let too_late = newer_ms - 2 * window;
+    assert!(too_late > resume_at);
     backend
         .execute(&url, &[format!("UPDATE notifications SET updated_at = {too_late} WHERE id = '{early}'")])
         .await;
-    key.send_notification(&send("last"), None).await.unwrap();
-    let last_id = next_id().await;
-    assert!(!last_id.ends_with(&early), "nothing from before the window: {last_id}");
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert!(
-        tokio::time::timeout(Duration::from_millis(100), async {
-            loop {
-                if let Some(Followed::Event { id: Some(id), .. }) = live.next().await {
-                    return id;
-                }
-            }
-        })
-        .await
-        .is_err(),
-        "each change once"
-    );
+    // Then three sends, each once the one before has arrived. Each is read by a later poll than
+    // the one before it, and a poll sends what it finds in the window after what is new; so what
+    // the polls before the third's would send arrives before the third: nothing from before the
+    // window, and no change twice.
+    for user in ["last", "after1", "after2"] {
+        let id = key.send_notification(&send(user), None).await.unwrap().notification_id.to_string();
+        let next = next_id().await;
+        assert!(next.ends_with(&id), "each change once, nothing from before the window: {next}");
+    }
     d.stop().await;
 }
 both_backends!(late_commits_within_the_window_arrive_on_each_backend, late_commits_within_the_window_arrive);
