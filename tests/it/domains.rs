@@ -321,7 +321,7 @@ async fn background_checks(backend: Backend) {
     let failed_names = ["mail.example.com", "never.example.com"];
     let queries = failed_names.map(|name| dns.queries_under(name));
     d.state.clock.advance(Duration::from_secs(25 * 3600));
-    let sentinel = add(&key, "sentinel.example.com").await.domain_id.to_string();
+    let sentinel = add(&key, "sentinel.example.com").await.domain_id;
     let (client, id) = (&key, &sentinel);
     let checked_after = move |after: Option<i64>| async move {
         let at = client.domain(id).await.unwrap().last_checked_at?.millis();
