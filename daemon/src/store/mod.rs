@@ -304,6 +304,9 @@ pub struct Store {
     keys: Arc<credentials::KeyCache>,
     otp_messages: Arc<otp::MessageCache>,
     hub: Arc<Hub>,
+    /// Counts this daemon's committed changes of activity items, for the operators' streams to
+    /// wake on (see [`Store::activity_changes_here`]).
+    activity: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// A JSON object stored as text (an in-app notification's `data`), parsed when the row is read.
@@ -406,6 +409,7 @@ impl Store {
             keys: Arc::default(),
             otp_messages: Arc::default(),
             hub: Arc::default(),
+            activity: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
     }
 
@@ -428,6 +432,7 @@ impl Store {
             keys: Arc::default(),
             otp_messages: Arc::default(),
             hub: Arc::default(),
+            activity: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
     }
 
@@ -454,6 +459,20 @@ impl Store {
             InboxChange::Created { app, user } => self.hub.wake_created(app, user),
             InboxChange::Updated { app, user, item } => self.hub.push_update(app, user, item),
         }
+    }
+
+    /// Wakes the operators' activity streams of this daemon: an item changed and committed
+    /// (they read the change from the database; one on another daemon finds it by polling).
+    pub(crate) fn activity_changed(&self) {
+        if self.activity.receiver_count() > 0 {
+            self.activity.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Changes to activity items committed by this daemon, as a counter that moves: what an
+    /// operators' stream waits on between its polls.
+    pub fn activity_changes_here(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.activity.subscribe()
     }
 
     /// A read connection.

@@ -209,6 +209,9 @@ impl Store {
     /// the receipt outranks it (see [`DeliveryStatus::receipt_rank`]).
     pub async fn record_receipt(&self, receipt: NewReceipt) -> StoreResult<ReceiptOutcome> {
         let outcome = self.writer.submit(Receipt(receipt)).await?;
+        if outcome == (ReceiptOutcome::Recorded { changed: true }) {
+            self.activity_changed();
+        }
         Ok(outcome)
     }
 

@@ -2,9 +2,11 @@
 //! tenant as it appears or changes (masked, as in the feed), with heartbeats and
 //! `Last-Event-ID` replay.
 //!
-//! It polls the database twice a second instead of being woken: operator feeds are few, a
-//! dashboard does not need millisecond latency, and the shared database makes it work across
-//! daemons without any notification plumbing on the hot write paths. An event's id is
+//! It reads the database when this daemon commits a change to an activity item (a dispatch, a
+//! delivery outcome, a receipt: [`Store::activity_changes_here`]), at most every
+//! [`MIN_GAP`], and polls it twice a second besides, which finds the changes other daemons
+//! commit (the shared database makes it work across daemons without notification plumbing on
+//! the hot write paths, so theirs arrive within the poll). An event's id is
 //! `<updated_at ms>-<transaction id>`. A poll reads what comes after the last event sent, then
 //! sweeps the last [`REORDER_WINDOW_MS`] for what was not sent yet, so a change that commits out
 //! of time order (several PostgreSQL writers) is not missed; a reconnect resumes strictly after
@@ -30,6 +32,9 @@ use super::sse_event;
 use crate::{clock::Clock, store::Store, views};
 
 const POLL: Duration = Duration::from_millis(500);
+/// The least time between two reads woken by this daemon's changes: a burst of changes is read
+/// in pages, not one read per change.
+const MIN_GAP: Duration = Duration::from_millis(10);
 pub const REORDER_WINDOW_MS: i64 = 2_000;
 const BATCH: i64 = 500;
 const MAX_PAGES_PER_POLL: usize = 20;
@@ -53,6 +58,9 @@ pub struct ActivityStream {
     sweep: EventKey,
     pending: VecDeque<Event>,
     poll: Interval,
+    /// This daemon's committed changes (`None` once the store closed).
+    changes: Option<tokio::sync::watch::Receiver<u64>>,
+    last_read: Instant,
     heartbeat: Interval,
     shutdown: CancellationToken,
     finished: bool,
@@ -68,6 +76,14 @@ pub fn parse_event_id(text: &str) -> Option<EventKey> {
 /// The event id of a change: `<updated_at ms>-<transaction id>`.
 fn event_id((at, id): &EventKey) -> String {
     format!("{at}-{id}")
+}
+
+/// Waits for the next change a receiver sees, or for ever when there is none.
+async fn changed(receiver: &mut Option<tokio::sync::watch::Receiver<u64>>) -> Result<(), ()> {
+    match receiver {
+        Some(receiver) => receiver.changed().await.map_err(|_| ()),
+        None => std::future::pending().await,
+    }
 }
 
 impl ActivityStream {
@@ -88,7 +104,10 @@ impl ActivityStream {
         let ready =
             ConnectionReady { connection_id: ConnectionId::new(), unread_count: None, last_event_id: None };
         let Ok(ready) = sse_event(&StreamEvent::Ready(ready), None);
+        let changes = Some(store.activity_changes_here());
         Self {
+            changes,
+            last_read: Instant::now(),
             store,
             clock,
             tenant_id,
@@ -107,6 +126,7 @@ impl ActivityStream {
     /// One poll: the changes after the cursor, then part of a pass over the reorder window for
     /// changes that committed late.
     async fn read_changes(&mut self) {
+        self.last_read = Instant::now();
         let now = self.clock.now_millis();
         // New changes. Each page starts after the last one, so a backlog of any size is worked
         // through, a bounded number of pages per poll.
@@ -186,6 +206,17 @@ impl ActivityStream {
                 biased;
                 _ = self.shutdown.cancelled() => self.finished = true,
                 _ = self.poll.tick() => self.read_changes().await,
+                changed = changed(&mut self.changes) => {
+                    if changed.is_err() {
+                        self.changes = None;
+                        continue;
+                    }
+                    let since = self.last_read.elapsed();
+                    if since < MIN_GAP {
+                        tokio::time::sleep(MIN_GAP - since).await;
+                    }
+                    self.read_changes().await;
+                }
                 _ = self.heartbeat.tick() => {
                     let beat = StreamEvent::Heartbeat(Heartbeat { time: Timestamp::now() });
                     let Ok(event) = sse_event(&beat, None);

@@ -214,6 +214,9 @@ impl Store {
             _ => None,
         };
         let result = self.writer.submit(Dispatch { notification, idempotency }).await?;
+        if result == DispatchResult::Created {
+            self.activity_changed();
+        }
         if let (DispatchResult::Created, Some((app, user))) = (&result, &inbox) {
             self.announce(InboxChange::Created { app, user });
         }
@@ -266,7 +269,11 @@ impl Store {
         result: AttemptResult,
     ) -> StoreResult<bool> {
         let attempt = Attempt { id: notification_id.clone(), lease_token, span, result };
-        self.writer.submit(attempt).await
+        let held = self.writer.submit(attempt).await?;
+        if held {
+            self.activity_changed();
+        }
+        Ok(held)
     }
 
     /// Puts deliveries whose lease ran out (their worker died) back in the queue.
