@@ -38,17 +38,41 @@ impl Connection {
         token: Option<&str>,
         json: Option<&[u8]>,
     ) -> std::io::Result<(u16, Vec<u8>)> {
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = bearer.iter().map(|b| ("Authorization", b.as_str())).collect();
+        self.request(method, path, &headers, json.map(|body| ("application/json", body))).await
+    }
+
+    /// Sends a form (`application/x-www-form-urlencoded`) with `headers`, as a provider's
+    /// callback does.
+    pub async fn send_form(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        form: &[u8],
+    ) -> std::io::Result<(u16, Vec<u8>)> {
+        self.request(method, path, headers, Some(("application/x-www-form-urlencoded", form))).await
+    }
+
+    async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<(&str, &[u8])>,
+    ) -> std::io::Result<(u16, Vec<u8>)> {
         use std::io::Write;
         self.request.clear();
         write!(self.request, "{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.host)?;
-        if let Some(token) = token {
-            write!(self.request, "Authorization: Bearer {token}\r\n")?;
+        for (name, value) in headers {
+            write!(self.request, "{name}: {value}\r\n")?;
         }
-        match json {
-            Some(body) => {
+        match body {
+            Some((content_type, body)) => {
                 write!(
                     self.request,
-                    "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                    "Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
                     body.len()
                 )?;
                 self.request.extend_from_slice(body);

@@ -14,6 +14,7 @@ mod fleet;
 mod http;
 mod load;
 mod profile;
+mod receipts;
 mod smtp;
 mod streams;
 mod tui;
@@ -124,6 +125,24 @@ enum Command {
     },
     /// Accepted dispatches per second (in_app and email) next to /healthz, and email delivered
     /// per second to an SMTP sink with the latency from 202 to receipt.
+    /// Delivery receipts: signed Twilio status callbacks ingested per second, and the time from
+    /// a callback to the operators' feed showing the item `delivered` at `--rate` a second.
+    Receipts {
+        #[arg(long, value_enum, default_value = "sqlite")]
+        backend: BackendArg,
+        /// Callbacks for the ingestion rate (one SMS each).
+        #[arg(long, default_value_t = 20_000)]
+        messages: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Callbacks a second for the latency.
+        #[arg(long, default_value_t = 1_000)]
+        rate: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value = "target/release/heraldd")]
+        daemon: PathBuf,
+    },
     Dispatch {
         #[arg(long, value_enum, default_value = "sqlite")]
         backend: BackendArg,
@@ -534,6 +553,9 @@ async fn run() -> anyhow::Result<()> {
         }
         Command::Dispatch { backend, requests, concurrency, daemon, pin, perf, .. } => {
             dispatch(backend, requests, concurrency, daemon, pin, perf.as_deref()).await
+        }
+        Command::Receipts { backend, messages, concurrency, rate, seconds, daemon } => {
+            receipts::run(receipts::Options { backend, messages, concurrency, rate, seconds, daemon }).await
         }
         Command::Cli { rows, concurrency, daemon, herald, runs } => {
             cli::run(cli::Options { rows, concurrency, daemon, herald, runs }).await

@@ -414,6 +414,28 @@ fn draw_detail(frame: &mut Frame, app: &App) {
     if detail.attempts.is_empty() {
         lines.push(Line::from("none yet"));
     }
+    if !detail.receipts.is_empty() {
+        lines.push(Line::from(""));
+        lines.push(
+            Line::from("Receipts (what arrived):").style(Style::default().add_modifier(Modifier::BOLD)),
+        );
+    }
+    for receipt in &detail.receipts {
+        let said = match (&receipt.error_code, &receipt.detail) {
+            (_, Some(detail)) => detail.clone(),
+            (Some(code), None) => code.clone(),
+            (None, None) => receipt.provider_status.clone(),
+        };
+        lines.push(Line::from(vec![
+            Span::raw(format!("{:<9}", receipt.provider.as_str())),
+            Span::raw(format!("{} ago  ", age(app.now_ms, receipt.received_at))),
+            Span::styled(
+                format!("{:<12}", receipt.status.as_str()),
+                Style::default().fg(status_color(receipt.status.into())),
+            ),
+            Span::raw(said),
+        ]));
+    }
     lines.push(Line::from(""));
     lines.push(Line::from("Esc close · r retry").style(Style::default().fg(Color::DarkGray)));
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
@@ -444,7 +466,11 @@ fn draw_help(frame: &mut Frame, scroll: usize) {
 #[cfg(test)]
 mod tests {
     use herald_common::{
-        api::{activity::ActivityDetail, inbox::InboxItem, notifications::AttemptOut},
+        api::{
+            activity::{ActivityDetail, ActivityStatus},
+            inbox::InboxItem,
+            notifications::{AttemptOut, DeliveryStatus, ReceiptOut, ReceiptProvider},
+        },
         client::Followed,
         ids::{InAppId, UserId},
         stream::StreamEvent,
@@ -579,6 +605,36 @@ mod tests {
             failed_verifications: None,
         })));
         insta::assert_snapshot!("detail_80x24", render(&app, 80, 24));
+        // An SMS the provider accepted, then reported undelivered, then delivered after all.
+        let receipt = |status, said: &str, code: Option<&str>, detail: Option<&str>| ReceiptOut {
+            provider: ReceiptProvider::Twilio,
+            provider_status: said.to_owned(),
+            status,
+            error_code: code.map(str::to_owned),
+            detail: detail.map(str::to_owned),
+            received_at: Timestamp::from_millis(NOW - 1_000),
+        };
+        let mut item = app.selected_item().unwrap().clone();
+        item.status = ActivityStatus::Delivered;
+        app.update(Action::Detail(Ok(ActivityDetail {
+            item,
+            updated_at: Timestamp::from_millis(NOW),
+            attempts: vec![attempt(1, Sent, None)],
+            receipts: vec![
+                receipt(
+                    DeliveryStatus::Undelivered,
+                    "undelivered",
+                    Some("30003"),
+                    Some("30003: Unreachable destination handset"),
+                ),
+                receipt(DeliveryStatus::Delivered, "delivered", None, None),
+            ],
+            failed_verifications: None,
+        })));
+        let screen = render(&app, 80, 24);
+        insta::assert_snapshot!("detail_receipts_80x24", screen);
+        assert!(screen.contains("Receipts (what arrived):"));
+        assert!(screen.contains("30003: Unreachable destination handset"));
     }
 
     #[test]

@@ -122,7 +122,8 @@ impl Command {
                 fields.push(("created", ctx.out.time(item.created_at).into()));
                 fields.push(("updated", ctx.out.time(detail.updated_at).into()));
                 ctx.out.fields(&fields)?;
-                super::notifications::attempts(&ctx.out, &detail.attempts)
+                super::notifications::attempts(&ctx.out, &detail.attempts)?;
+                super::notifications::receipts(&ctx.out, &detail.receipts)
             }
             Command::Retry { ids, all_failed, filters, dry_run, yes, concurrency } => {
                 if !all_failed {

@@ -1,7 +1,8 @@
-//! `herald notifications get ID`: a dispatch's state and its delivery attempts.
+//! `herald notifications get ID`: a dispatch's state, its delivery attempts and the providers'
+//! receipts.
 
 use herald_common::{
-    api::notifications::{AttemptOut, NotificationOut},
+    api::notifications::{AttemptOut, NotificationOut, ReceiptOut},
     ids::NotificationId,
 };
 
@@ -51,7 +52,32 @@ fn print(out: &Output, n: &NotificationOut) -> Result<(), Fail> {
     fields.push(("created", out.time(n.created_at).into()));
     fields.push(("updated", out.time(n.updated_at).into()));
     out.fields(&fields)?;
-    attempts(out, &n.attempts)
+    attempts(out, &n.attempts)?;
+    receipts(out, &n.receipts)
+}
+
+/// The providers' receipts as a table, under the attempts (nothing when there are none).
+pub fn receipts(out: &Output, receipts: &[ReceiptOut]) -> Result<(), Fail> {
+    if receipts.is_empty() {
+        return Ok(());
+    }
+    let mut table = Table::new(&["RECEIVED", "PROVIDER", "SAID", "STATUS", "CODE / DETAIL"]);
+    for r in receipts {
+        let detail = match (&r.error_code, &r.detail) {
+            (_, Some(detail)) => detail.clone(),
+            (Some(code), None) => code.clone(),
+            (None, None) => String::new(),
+        };
+        table.row(vec![
+            out.time(r.received_at).into(),
+            r.provider.as_str().into(),
+            r.provider_status.clone().into(),
+            cell(r.status.as_str(), Tone::of_delivery(r.status)),
+            short(&detail, 100).into(),
+        ]);
+    }
+    out.line("")?;
+    out.table(&table)
 }
 
 /// The attempts as a table (nothing when there are none).

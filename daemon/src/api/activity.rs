@@ -241,7 +241,7 @@ async fn retry_item(
         }
         RetryResult::NotRetryable => Err(ApiError::new(
             ErrorCode::NotRetryable,
-            "Only failed, retryable notifications can be retried (OTP codes never: ask for a new one).",
+            "Only retryable notifications that failed, were undelivered or bounced can be retried (OTP codes never: ask for a new one).",
         )),
         RetryResult::NotFound => Err(ApiError::not_found("activity item")),
     }
