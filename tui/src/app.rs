@@ -425,8 +425,9 @@ impl App {
             }
             (Mode::Normal | Mode::Detail, K::Retry) => return self.ask_retry_one(),
             (Mode::Normal, K::RetryAllFailed) => {
-                // Every failed item the filter shows: none when it shows another status.
-                if self.filter.status.is_some_and(|s| s != ActivityStatus::Failed) {
+                // Every failed (or undelivered, bounced) item the filter shows: none when it shows
+                // another status.
+                if self.filter.status.is_some_and(|s| !ActivityStatus::RETRIED.contains(&s)) {
                     self.say("no failed, retryable items match the filter");
                     return Vec::new();
                 }
@@ -521,11 +522,15 @@ impl App {
             self.complain("select an item first");
             return Vec::new();
         };
-        if item.status != ActivityStatus::Failed || !item.retryable {
+        let retried = ActivityStatus::RETRIED.contains(&item.status);
+        if !retried || !item.retryable {
             let why = if item.transaction_id.is_otp() {
                 "OTP codes are never retried: ask for a new code".to_owned()
-            } else if item.status != ActivityStatus::Failed {
-                format!("only failed items can be retried (this one is {})", item.status)
+            } else if !retried {
+                format!(
+                    "only failed, undelivered or bounced items can be retried (this one is {})",
+                    item.status
+                )
             } else {
                 "this failure is permanent: retrying would not help".to_owned()
             };
