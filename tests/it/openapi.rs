@@ -79,10 +79,27 @@ fn statuses_and_outcomes_are_enums_in_the_document() {
     };
     assert_eq!(
         values("ActivityStatus"),
-        ["queued", "sending", "sent", "delivered", "failed", "verified", "expired", "tombstoned"]
+        [
+            "queued",
+            "sending",
+            "sent",
+            "delivered",
+            "read",
+            "undelivered",
+            "bounced",
+            "complained",
+            "failed",
+            "verified",
+            "expired",
+            "tombstoned"
+        ]
     );
     assert_eq!(values("AttemptOutcome"), ["sent", "delivered", "transient_failure", "permanent_failure"]);
-    assert_eq!(values("DeliveryStatus"), ["queued", "sending", "sent", "delivered", "failed"]);
+    assert_eq!(
+        values("DeliveryStatus"),
+        ["queued", "sending", "sent", "delivered", "read", "undelivered", "bounced", "complained", "failed"]
+    );
+    assert_eq!(values("ReceiptProvider"), ["twilio", "whatsapp", "email"]);
     assert_eq!(values("Channel"), ["email", "sms", "whatsapp", "in_app"]);
     assert_eq!(
         schemas["ActivityItem"]["properties"]["status"]["$ref"],
