@@ -57,7 +57,7 @@ fn retry_asks_first_and_only_for_failed_retryable_items() {
     app.update(Action::Key(KeyAction::Down));
     assert!(app.update(Action::Key(KeyAction::Retry)).is_empty());
     assert_eq!(app.mode, Mode::Normal, "no question for a sent item");
-    assert!(app.message.as_ref().unwrap().text.contains("only failed items"));
+    assert!(app.message.as_ref().unwrap().text.contains("only failed, undelivered or bounced items"));
 }
 
 #[test]
