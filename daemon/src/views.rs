@@ -35,10 +35,11 @@ pub fn inbox_item(record: InboxRecord) -> InboxItem {
     }
 }
 
-/// A feed row as the feed and the activity stream show it: only a failed item has a failure
-/// reason, and only a failed one can be retryable.
+/// A feed row as the feed and the activity stream show it: only an item that failed or that a
+/// receipt said did not arrive (`undelivered`, `bounced`, CONTRACT §8) has a failure reason, and
+/// only one of those can be retryable.
 pub fn activity_item(row: ActivityRow) -> ActivityItem {
-    let failed = row.status == ActivityStatus::Failed;
+    let failed = ActivityStatus::RETRIED.contains(&row.status);
     ActivityItem {
         transaction_id: row.transaction_id,
         application_id: row.application_id,
