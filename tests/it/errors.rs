@@ -117,6 +117,12 @@ async fn body_endpoints(d: &TestDaemon) -> Vec<BodyEndpoint> {
     };
     let mut endpoints = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
+        // The providers' receipt intakes check a signature over the raw body before they read
+        // it (403 first), and say what is wrong in a signed one with `invalid_receipt`
+        // (tests/it/receipts_whatsapp.rs).
+        if path.starts_with("/api/v1/receipts/") {
+            continue;
+        }
         for (method, operation) in item.as_object().unwrap() {
             let Some(schema) = operation["requestBody"]["content"]["application/json"]["schema"].as_object()
             else {

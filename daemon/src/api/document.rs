@@ -182,13 +182,18 @@ fn add_standard_responses(path: &str, operation: &mut Value) {
     let has_query = operation["parameters"]
         .as_array()
         .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query" || p["in"] == "path"));
+    // The providers' receipt intakes read the raw body, whatever its content type, because the
+    // signature covers its bytes: no 415, and no field errors from our JSON extractor.
+    let raw_body = path.starts_with("/api/v1/receipts/");
     let Some(responses) = operation.get_mut("responses").and_then(Value::as_object_mut) else { return };
     if has_body {
         add(responses, "400", "The body is not JSON (`invalid_json`)");
         add(responses, "413", "The body is larger than 256 KiB (`payload_too_large`)");
-        add(responses, "415", "The body is not sent as `application/json` (`unsupported_media_type`)");
+        if !raw_body {
+            add(responses, "415", "The body is not sent as `application/json` (`unsupported_media_type`)");
+        }
     }
-    if has_body || has_query {
+    if (has_body && !raw_body) || has_query {
         add(responses, "422", "A field or parameter is invalid (`validation_failed`, with `errors`)");
     }
     if secured {
@@ -296,6 +301,13 @@ mod tests {
         statuses.sort_unstable();
         assert_eq!(statuses, ["200", "400", "401", "413", "415", "422", "503"]);
         assert_eq!(responses["422"]["description"], "mine");
+
+        let mut intake = json!({"requestBody": {}, "responses": {"200": {}, "400": {"description": "mine"}}});
+        add_standard_responses("/api/v1/receipts/whatsapp", &mut intake);
+        let mut statuses: Vec<&str> =
+            intake["responses"].as_object().unwrap().keys().map(String::as_str).collect();
+        statuses.sort_unstable();
+        assert_eq!(statuses, ["200", "400", "413", "503"], "an intake takes any content type");
 
         let mut health = json!({"responses": {"200": {}}});
         add_standard_responses("/healthz", &mut health);

@@ -48,18 +48,34 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
                 "Send the body as JSON with `Content-Type: application/json`.",
             ));
         }
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    ErrorCode::PayloadTooLarge,
-                    format!("The body is larger than {} KiB.", MAX_BODY_BYTES / 1024),
-                )
-            } else {
-                ApiError::new(ErrorCode::InvalidJson, "The body could not be read.")
-            }
-        })?;
-        Ok(JsonBody(bytes))
+        read_body(request, state).await.map(JsonBody)
     }
+}
+
+/// A request body as it was sent, whatever its content type, for the providers' receipt
+/// intakes: their signatures cover the raw bytes, so nothing may parse or check it first.
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        read_body(request, state).await.map(RawBody)
+    }
+}
+
+/// The body, at most [`MAX_BODY_BYTES`].
+async fn read_body<S: Send + Sync>(request: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(request, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("The body is larger than {} KiB.", MAX_BODY_BYTES / 1024),
+            )
+        } else {
+            ApiError::new(ErrorCode::InvalidJson, "The body could not be read.")
+        }
+    })
 }
 
 /// Our own query-string extractor: unknown or malformed parameters are a 422 naming the

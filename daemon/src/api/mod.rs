@@ -66,6 +66,7 @@ use crate::{error::ApiError, state::AppState};
         (name = "otp", description = "One-time passwords"),
         (name = "activity", description = "The masked delivery timeline, and retries"),
         (name = "inbox", description = "End users' inboxes and live streams"),
+        (name = "receipts", description = "The providers' delivery receipts, authenticated by the providers' signatures"),
     )
 )]
 struct ApiDoc;

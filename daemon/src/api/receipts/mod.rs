@@ -1,10 +1,12 @@
 //! The providers' receipt intakes (CONTRACT §8): public routes, each authenticated by its
 //! provider's signature, never by a Herald credential. The work is `service::receipts`.
 
+mod whatsapp;
+
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
+    OpenApiRouter::new().merge(whatsapp::router())
 }

@@ -6,6 +6,8 @@
 //! provider does not send it again forever. Every outcome is counted in `/metrics`
 //! (`herald_receipts_total{provider, outcome}`).
 
+pub mod whatsapp;
+
 use herald_common::{
     api::notifications::{DeliveryStatus, ReceiptProvider},
     ids::NotificationId,
