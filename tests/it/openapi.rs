@@ -53,6 +53,7 @@ async fn every_documented_path_is_served() {
         "/content/openapi.json",
         "/api/v1/whoami",
         "/api/v1/users/{user_id}/token",
+        "/api/v1/receipts/whatsapp",
     ] {
         assert!(paths.contains_key(expected), "{expected} is not documented");
     }
