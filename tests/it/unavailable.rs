@@ -46,17 +46,7 @@ async fn assert_unavailable(response: reqwest::Response, what: &str) {
 
 /// The notifications stored, counted behind the daemon's back.
 async fn stored_notifications(d: &TestDaemon) -> i64 {
-    let sql = "SELECT COUNT(*) FROM notifications";
-    match d.backend {
-        Backend::Sqlite => {
-            let mut conn = sqlx::SqliteConnection::connect(&d.database_url).await.unwrap();
-            sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
-        }
-        Backend::Postgres => {
-            let mut conn = sqlx::PgConnection::connect(&d.database_url).await.unwrap();
-            sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
-        }
-    }
+    d.backend.count(&d.database_url, "SELECT COUNT(*) FROM notifications").await
 }
 
 /// Takes the connections of the daemon's pool and keeps them until the returned sender says

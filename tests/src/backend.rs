@@ -56,6 +56,22 @@ impl Backend {
         }
     }
 
+    /// The number `sql` (a `SELECT COUNT(*) …`) gives on the database at `url`, read behind the
+    /// daemon's back (tests use it to check that nothing was written).
+    pub async fn count(self, url: &str, sql: &str) -> i64 {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match self {
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+                sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
+            }
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+                sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
+            }
+        }
+    }
+
     /// A database URL for a fresh, empty database of this backend: a file under `dir`, or a new
     /// schema in the PostgreSQL test database.
     pub async fn fresh_database_url(self, dir: &Path) -> String {
