@@ -178,6 +178,9 @@ fn add(responses: &mut Map<String, Value>, status: &str, description: &str) {
 
 fn add_standard_responses(path: &str, operation: &mut Value) {
     let has_body = operation.get("requestBody").is_some();
+    // The JSON extractor's answers; a form body (a provider's callback) has answers of its own,
+    // and so does every receipt intake, which reads the raw body whatever its content type.
+    let json_body = operation["requestBody"]["content"].get("application/json").is_some();
     let secured = operation["security"].as_array().is_some_and(|s| !s.is_empty());
     let has_query = operation["parameters"]
         .as_array()
@@ -186,14 +189,15 @@ fn add_standard_responses(path: &str, operation: &mut Value) {
     // signature covers its bytes: no 415, and no field errors from our JSON extractor.
     let raw_body = path.starts_with("/api/v1/receipts/");
     let Some(responses) = operation.get_mut("responses").and_then(Value::as_object_mut) else { return };
-    if has_body {
+    let read_as_json = json_body && !raw_body;
+    if read_as_json {
         add(responses, "400", "The body is not JSON (`invalid_json`)");
-        add(responses, "413", "The body is larger than 256 KiB (`payload_too_large`)");
-        if !raw_body {
-            add(responses, "415", "The body is not sent as `application/json` (`unsupported_media_type`)");
-        }
+        add(responses, "415", "The body is not sent as `application/json` (`unsupported_media_type`)");
     }
-    if (has_body && !raw_body) || has_query {
+    if has_body {
+        add(responses, "413", "The body is larger than 256 KiB (`payload_too_large`)");
+    }
+    if read_as_json || has_query {
         add(responses, "422", "A field or parameter is invalid (`validation_failed`, with `errors`)");
     }
     if secured {
@@ -291,7 +295,7 @@ mod tests {
     #[test]
     fn standard_answers_are_added_without_replacing_a_handlers_own() {
         let mut operation = json!({
-            "requestBody": {},
+            "requestBody": {"content": {"application/json": {}}},
             "security": [{"api_key": []}],
             "responses": {"200": {}, "422": {"description": "mine"}},
         });
@@ -308,6 +312,17 @@ mod tests {
             intake["responses"].as_object().unwrap().keys().map(String::as_str).collect();
         statuses.sort_unstable();
         assert_eq!(statuses, ["200", "400", "413", "503"], "an intake takes any content type");
+
+        // A form body is not read by the JSON extractor: none of its answers.
+        let mut form = json!({
+            "requestBody": {"content": {"application/x-www-form-urlencoded": {}}},
+            "responses": {"204": {}, "400": {"description": "mine"}},
+        });
+        add_standard_responses("/api/v1/x", &mut form);
+        let mut statuses: Vec<&str> =
+            form["responses"].as_object().unwrap().keys().map(String::as_str).collect();
+        statuses.sort_unstable();
+        assert_eq!(statuses, ["204", "400", "413", "503"]);
 
         let mut health = json!({"responses": {"200": {}}});
         add_standard_responses("/healthz", &mut health);

@@ -48,7 +48,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
                 "Send the body as JSON with `Content-Type: application/json`.",
             ));
         }
-        read_body(request, state).await.map(JsonBody)
+        read_body(request, state, ErrorCode::InvalidJson).await.map(JsonBody)
     }
 }
 
@@ -60,12 +60,17 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        read_body(request, state).await.map(RawBody)
+        read_body(request, state, ErrorCode::InvalidReceipt).await.map(RawBody)
     }
 }
 
-/// The body, at most [`MAX_BODY_BYTES`].
-async fn read_body<S: Send + Sync>(request: Request, state: &S) -> Result<Bytes, ApiError> {
+/// The body, at most [`MAX_BODY_BYTES`]; one that cannot be read is answered `unreadable`
+/// (the route's own code for a body it cannot take).
+async fn read_body<S: Send + Sync>(
+    request: Request,
+    state: &S,
+    unreadable: ErrorCode,
+) -> Result<Bytes, ApiError> {
     Bytes::from_request(request, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
@@ -73,7 +78,7 @@ async fn read_body<S: Send + Sync>(request: Request, state: &S) -> Result<Bytes,
                 format!("The body is larger than {} KiB.", MAX_BODY_BYTES / 1024),
             )
         } else {
-            ApiError::new(ErrorCode::InvalidJson, "The body could not be read.")
+            ApiError::new(unreadable, "The body could not be read.")
         }
     })
 }

@@ -48,6 +48,8 @@ pub struct Twilio {
     pub account_sid: String,
     pub auth_token: Secret,
     pub from: String,
+    /// Where Twilio posts the message's later statuses (`StatusCallback`).
+    pub status_callback: String,
 }
 
 #[derive(Deserialize)]
@@ -68,7 +70,12 @@ impl Twilio {
             .http
             .post(url)
             .basic_auth(&self.account_sid, Some(self.auth_token.expose()))
-            .form(&[("To", to), ("From", self.from.as_str()), ("Body", body)])
+            .form(&[
+                ("To", to),
+                ("From", self.from.as_str()),
+                ("Body", body),
+                ("StatusCallback", self.status_callback.as_str()),
+            ])
             .send()
             .await
             .map_err(|e| transport_error("Twilio", &e))?;

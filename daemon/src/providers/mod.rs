@@ -92,6 +92,10 @@ fn replace_ignoring_ascii_case(text: &str, needle: &str, with: &str) -> String {
     out
 }
 
+/// The route of Twilio's status callbacks (`api::receipts::twilio`), which every SMS sent
+/// through Twilio names as its `StatusCallback`, after the public URL.
+pub const TWILIO_STATUS_CALLBACK_PATH: &str = "/api/v1/receipts/twilio";
+
 enum Sms {
     Log,
     Twilio(http::Twilio),
@@ -122,6 +126,7 @@ impl Providers {
                 account_sid: account_sid.clone(),
                 auth_token: auth_token.clone(),
                 from: from.clone(),
+                status_callback: format!("{}{TWILIO_STATUS_CALLBACK_PATH}", config.public_url),
             }),
         };
         let whatsapp = match &config.whatsapp {
