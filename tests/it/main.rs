@@ -16,6 +16,7 @@ mod ops;
 mod otp;
 mod process;
 mod receipts;
+mod receipts_twilio;
 mod receipts_whatsapp;
 mod store;
 mod stream;

@@ -53,6 +53,7 @@ async fn every_documented_path_is_served() {
         "/content/openapi.json",
         "/api/v1/whoami",
         "/api/v1/users/{user_id}/token",
+        "/api/v1/receipts/twilio",
         "/api/v1/receipts/whatsapp",
     ] {
         assert!(paths.contains_key(expected), "{expected} is not documented");
@@ -78,32 +79,36 @@ fn statuses_and_outcomes_are_enums_in_the_document() {
         let values = schema["enum"].as_array().unwrap_or_else(|| panic!("{name} is an enum: {schema}"));
         values.iter().map(|v| v.as_str().unwrap().to_owned()).collect()
     };
-    assert_eq!(
-        values("ActivityStatus"),
-        [
-            "queued",
-            "sending",
-            "sent",
-            "delivered",
-            "read",
-            "undelivered",
-            "bounced",
-            "complained",
-            "failed",
-            "verified",
-            "expired",
-            "tombstoned"
-        ]
-    );
+    let receipts = ["read", "undelivered", "bounced", "complained"];
+    let delivery: Vec<&str> =
+        ["queued", "sending", "sent", "delivered"].into_iter().chain(receipts).chain(["failed"]).collect();
+    let activity: Vec<&str> = delivery.iter().copied().chain(["verified", "expired", "tombstoned"]).collect();
+    assert_eq!(values("ActivityStatus"), activity);
     assert_eq!(values("AttemptOutcome"), ["sent", "delivered", "transient_failure", "permanent_failure"]);
-    assert_eq!(
-        values("DeliveryStatus"),
-        ["queued", "sending", "sent", "delivered", "read", "undelivered", "bounced", "complained", "failed"]
-    );
+    assert_eq!(values("DeliveryStatus"), delivery);
     assert_eq!(values("ReceiptProvider"), ["twilio", "whatsapp", "email"]);
     assert_eq!(values("Channel"), ["email", "sms", "whatsapp", "in_app"]);
     assert_eq!(
         schemas["ActivityItem"]["properties"]["status"]["$ref"],
         "#/components/schemas/ActivityStatus"
     );
+}
+
+/// Twilio's intake takes a signed form, with no Herald credential: the document says so, and
+/// lists only the answers it gives (none of the JSON extractor's 415 and 422).
+#[test]
+fn the_twilio_intake_is_documented_as_a_signed_form() {
+    let doc = herald_daemon::api::openapi(false);
+    let operation = &doc["paths"]["/api/v1/receipts/twilio"]["post"];
+    let body = &operation["requestBody"]["content"]["application/x-www-form-urlencoded"]["schema"];
+    assert_eq!(body["$ref"], "#/components/schemas/TwilioStatusIn", "{operation}");
+    let required = doc["components"]["schemas"]["TwilioStatusIn"]["required"].as_array().unwrap();
+    assert_eq!(required, &["MessageSid", "MessageStatus"]);
+    assert!(operation.get("security").is_none(), "no Herald credential: {operation}");
+    let header = operation["parameters"].as_array().unwrap();
+    assert!(header.iter().any(|p| p["name"] == "X-Twilio-Signature" && p["in"] == "header"));
+    let mut statuses: Vec<&str> =
+        operation["responses"].as_object().unwrap().keys().map(String::as_str).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, ["204", "400", "403", "413", "503"]);
 }

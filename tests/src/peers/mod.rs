@@ -16,5 +16,5 @@ pub use dns::{DkimVerdict, DnsServer, verify_dkim};
 pub use proxy::CutProxy;
 pub use refusing::{RefusingProxy, Seen};
 pub use smtp::{ReceivedMail, SmtpSink};
-pub use twilio::{TwilioMessage, TwilioServer};
+pub use twilio::{TwilioMessage, TwilioServer, TwilioSigner};
 pub use whatsapp::{WhatsAppMessage, WhatsAppServer};

@@ -7,11 +7,16 @@
 //! - `+15005550429`: 429, code 20429, with `Retry-After: 1`.
 //!
 //! [`TwilioServer::fail_next`] makes any number fail transiently a set number of times, so a
-//! test can watch a retry succeed.
+//! test can watch a retry succeed. Each request's `StatusCallback` is recorded: where Twilio would
+//! post the message's statuses.
+//!
+//! [`TwilioSigner`] signs those status callbacks with Twilio's own helper library (PyPI `twilio`),
+//! as Twilio signs them, for the tests of Herald's intake.
 
 use std::{
     collections::HashMap,
     net::SocketAddr,
+    process::Stdio,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -26,6 +31,10 @@ use axum::{
 use base64::Engine;
 use serde_json::{Value, json};
 use time::{OffsetDateTime, format_description::well_known::Rfc2822};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
+    process::{Child, ChildStdin, ChildStdout, Command},
+};
 
 pub const INVALID_NUMBER: &str = "+15005550001";
 pub const UNAVAILABLE_NUMBER: &str = "+15005550009";
@@ -42,6 +51,8 @@ pub struct TwilioMessage {
     pub to: String,
     pub from: String,
     pub body: String,
+    /// Where Twilio would post the message's statuses (`StatusCallback`); empty without one.
+    pub status_callback: String,
     pub status_code: u16,
 }
 
@@ -133,7 +144,7 @@ async fn create_message(
         Ok(Form(fields)) => fields,
         Err(rejection) => {
             let response = error(StatusCode::BAD_REQUEST, 20001, &format!("Invalid form body: {rejection}"));
-            record(&shared, None, "", "", "", &response);
+            record(&shared, None, &[], &response);
             return response;
         }
     };
@@ -170,10 +181,10 @@ async fn create_message(
         let response =
             (StatusCode::CREATED, Json(message_resource(&shared.account_sid, &sid, to, from, body)))
                 .into_response();
-        record(&shared, Some(sid), to, from, body, &response);
+        record(&shared, Some(sid), &fields, &response);
         return response;
     };
-    record(&shared, None, to, from, body, &response);
+    record(&shared, None, &fields, &response);
     response
 }
 
@@ -214,12 +225,13 @@ fn take_failure(shared: &Shared, to: &str) -> bool {
     }
 }
 
-fn record(shared: &Shared, sid: Option<String>, to: &str, from: &str, body: &str, response: &Response) {
+fn record(shared: &Shared, sid: Option<String>, fields: &[(String, String)], response: &Response) {
     shared.inner.lock().expect("twilio state").messages.push(TwilioMessage {
         sid,
-        to: to.to_owned(),
-        from: from.to_owned(),
-        body: body.to_owned(),
+        to: field(fields, "To").to_owned(),
+        from: field(fields, "From").to_owned(),
+        body: field(fields, "Body").to_owned(),
+        status_callback: field(fields, "StatusCallback").to_owned(),
         status_code: response.status().as_u16(),
     });
 }
@@ -264,4 +276,44 @@ fn message_resource(account_sid: &str, sid: &str, to: &str, from: &str, body: &s
         "to": to,
         "uri": format!("{uri}.json"),
     })
+}
+
+/// Twilio's helper library computing `X-Twilio-Signature` (`peers/twilio_sign.py`), in a Python
+/// child process that lives as long as this value.
+pub struct TwilioSigner {
+    io: tokio::sync::Mutex<(ChildStdin, Lines<BufReader<ChildStdout>>)>,
+    _child: Child,
+}
+
+impl TwilioSigner {
+    pub async fn start() -> TwilioSigner {
+        const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/peers/twilio_sign.py");
+        let mut child = Command::new(crate::python())
+            .arg(SCRIPT)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("run the Twilio signer (scripts/test installs the twilio package)");
+        let stdin = child.stdin.take().expect("the signer's stdin is piped");
+        let stdout = child.stdout.take().expect("the signer's stdout is piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = lines.next_line().await.expect("read the signer's stdout");
+        assert_eq!(
+            ready.as_deref(),
+            Some("READY"),
+            "the Twilio signer did not start: is the twilio package installed (tests/requirements.txt)?"
+        );
+        TwilioSigner { io: tokio::sync::Mutex::new((stdin, lines)), _child: child }
+    }
+
+    /// `RequestValidator(auth_token).compute_signature(url, params)`.
+    pub async fn sign(&self, auth_token: &str, url: &str, params: &[(&str, &str)]) -> String {
+        let request = json!({"token": auth_token, "url": url, "params": params});
+        let mut io = self.io.lock().await;
+        let (stdin, lines) = &mut *io;
+        stdin.write_all(format!("{request}\n").as_bytes()).await.expect("write to the signer");
+        stdin.flush().await.expect("write to the signer");
+        lines.next_line().await.expect("read the signer").expect("the signer answers every request")
+    }
 }
