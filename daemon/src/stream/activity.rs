@@ -123,9 +123,11 @@ impl ActivityStream {
         }
     }
 
-    /// One poll: the changes after the cursor, then part of a pass over the reorder window for
-    /// changes that committed late.
-    async fn read_changes(&mut self) {
+    /// One read: the changes after the cursor, then, on a poll (`sweep`), part of a pass over
+    /// the reorder window for changes that committed late. A read woken by this daemon's own
+    /// change skips the sweep: at a thousand changes a second it would read the window's
+    /// thousands of rows a hundred times a second, and a late commit is found by the next poll.
+    async fn read_changes(&mut self, sweep: bool) {
         self.last_read = Instant::now();
         let now = self.clock.now_millis();
         // New changes. Each page starts after the last one, so a backlog of any size is worked
@@ -136,6 +138,9 @@ impl ActivityStream {
             if !full {
                 break;
             }
+        }
+        if !sweep {
+            return;
         }
         // Late commits: a change stamped before the cursor that was not visible when the cursor
         // passed it. The sweep walks the window from where the last poll left it, so a window
@@ -205,7 +210,7 @@ impl ActivityStream {
             tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => self.finished = true,
-                _ = self.poll.tick() => self.read_changes().await,
+                _ = self.poll.tick() => self.read_changes(true).await,
                 changed = changed(&mut self.changes) => {
                     if changed.is_err() {
                         self.changes = None;
@@ -215,7 +220,7 @@ impl ActivityStream {
                     if since < MIN_GAP {
                         tokio::time::sleep(MIN_GAP - since).await;
                     }
-                    self.read_changes().await;
+                    self.read_changes(false).await;
                 }
                 _ = self.heartbeat.tick() => {
                     let beat = StreamEvent::Heartbeat(Heartbeat { time: Timestamp::now() });
