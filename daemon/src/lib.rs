@@ -22,6 +22,7 @@ pub mod store;
 pub mod stream;
 pub mod tasks;
 pub mod telemetry;
+pub mod verp;
 pub mod views;
 
 #[cfg(test)]
@@ -89,7 +90,7 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
             config.operator_jwks_max_age,
         ))
     });
-    let providers = Arc::new(providers::Providers::from_config(&config)?);
+    let providers = Arc::new(providers::Providers::from_config(&config, &secret)?);
     let retry_policy = retry::RetryPolicy::new(config.retry_schedule.clone());
     let resolver = dns::Resolver::new(&config.dns_nameservers, config.dns_timeout)?;
     Ok(AppState {

@@ -374,7 +374,12 @@ async fn signed_mail(backend: Backend) {
     email.html_body = Some("<p>Thanks for your <b>order</b>.</p>".into());
     let accepted = key.send_notification(&email, None).await.unwrap();
     let mail = smtp.wait_for(1, Duration::from_secs(10)).await.remove(0);
-    assert_eq!(mail.mail_from, "billing@mail.example.com");
+    // The visible From is the tenant's; the envelope sender is the notification's signed
+    // return path in the bounce domain (the default sender's domain here).
+    assert!(mail.raw.contains("From: billing@mail.example.com"), "{}", mail.raw);
+    let return_path =
+        herald_daemon::verp::return_path(&d.state.secret, "localhost", &(&accepted.notification_id).into());
+    assert_eq!(mail.mail_from, return_path);
     assert!(
         mail.raw.starts_with(
             "DKIM-Signature: v=1; a=rsa-sha256; c=relaxed/relaxed; d=mail.example.com; s=herald;"

@@ -7,6 +7,10 @@
 //! second until the server's delayed ACK, about 40 ms per message on Linux, which capped a
 //! connection at ~25 messages a second. Our connections set `TCP_NODELAY`. Every message carries `Message-ID: <notification id@sender domain>`, so a
 //! message sent twice (at-least-once delivery after a crash) can be recognised downstream.
+//!
+//! The envelope sender (`MAIL FROM`) is not the visible `From` but the message's signed VERP
+//! return path `bounces+<token>@<bounce domain>` (see `crate::verp`), so that the reports mail
+//! servers send back about it reach the bounce listener and name it.
 
 use std::{path::PathBuf, time::Duration};
 
@@ -74,8 +78,10 @@ impl AsyncTokioStream for TlsSocket {
     }
 }
 
+use herald_common::ids::TransactionId;
+
 use super::{OutgoingMessage, SendError, Sent};
-use crate::{config::Config, dkim::DkimSigner};
+use crate::{config::Config, dkim::DkimSigner, secret::ServerSecret, verp};
 
 enum Transport {
     Smtp(SmtpPool),
@@ -206,6 +212,9 @@ impl SmtpPool {
 pub struct EmailSender {
     transport: Transport,
     default_from: Mailbox,
+    /// Signs the VERP return paths.
+    secret: ServerSecret,
+    bounce_domain: String,
 }
 
 /// The parts of an SMTP URL.
@@ -275,7 +284,7 @@ fn parse_smtp_url(url: &str) -> anyhow::Result<SmtpUrl> {
 }
 
 impl EmailSender {
-    pub fn new(config: &Config) -> anyhow::Result<Self> {
+    pub fn new(config: &Config, secret: &ServerSecret) -> anyhow::Result<Self> {
         let default_from: Mailbox = config
             .email_from
             .parse()
@@ -308,7 +317,25 @@ impl EmailSender {
                 Transport::Outbox(dir)
             }
         };
-        Ok(Self { transport, default_from })
+        Ok(Self {
+            transport,
+            default_from,
+            secret: secret.clone(),
+            bounce_domain: config.bounce_domain.clone(),
+        })
+    }
+
+    /// The envelope of `message` about transaction `id`: its recipients, from the signed
+    /// return path.
+    fn envelope(&self, id: &str, message: &Message) -> Result<Envelope, SendError> {
+        let permanent = |e: &dyn std::fmt::Display| SendError::Permanent {
+            reason: format!("cannot make the return path: {e}"),
+        };
+        let id = TransactionId::parse(id).map_err(|e| permanent(&e))?;
+        let return_path = verp::return_path(&self.secret, &self.bounce_domain, &id)
+            .parse::<lettre::Address>()
+            .map_err(|e| permanent(&e))?;
+        Envelope::new(Some(return_path), message.envelope().to().to_vec()).map_err(|e| permanent(&e))
     }
 
     fn message(&self, job: &OutgoingMessage<'_>) -> Result<(Message, String), SendError> {
@@ -340,6 +367,7 @@ impl EmailSender {
         signer: Option<&DkimSigner>,
     ) -> Result<Sent, SendError> {
         let (message, message_id) = self.message(job)?;
+        let envelope = self.envelope(job.id, &message)?;
         let bytes = match signer {
             Some(signer) => {
                 signer.sign(&message.formatted(), herald_common::Timestamp::now().seconds()).map_err(|e| {
@@ -349,7 +377,7 @@ impl EmailSender {
             None => message.formatted(),
         };
         match &self.transport {
-            Transport::Smtp(pool) => match pool.send(message.envelope(), &bytes).await {
+            Transport::Smtp(pool) => match pool.send(&envelope, &bytes).await {
                 Ok(()) => Ok(Sent { provider_message_id: Some(message_id) }),
                 Err(SmtpFailure::Reply(e)) if e.is_permanent() => {
                     Err(SendError::Permanent { reason: format!("SMTP {e}") })

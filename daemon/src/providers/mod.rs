@@ -14,6 +14,7 @@ use self::email::EmailSender;
 use crate::{
     config::{Config, SmsProvider, WhatsappProvider},
     dkim::DkimSigner,
+    secret::ServerSecret,
 };
 
 /// A message to hand to a channel's provider.
@@ -75,7 +76,7 @@ impl SendError {
 
 /// `text` with every occurrence of `needle` (compared ignoring ASCII case: providers may quote
 /// an address in another case) replaced by `with`.
-fn replace_ignoring_ascii_case(text: &str, needle: &str, with: &str) -> String {
+pub(crate) fn replace_ignoring_ascii_case(text: &str, needle: &str, with: &str) -> String {
     if needle.is_empty() {
         return text.to_owned();
     }
@@ -113,7 +114,8 @@ pub struct Providers {
 }
 
 impl Providers {
-    pub fn from_config(config: &Config) -> anyhow::Result<Self> {
+    /// The providers `config` names; email's return paths are signed with `secret`.
+    pub fn from_config(config: &Config, secret: &ServerSecret) -> anyhow::Result<Self> {
         let client = http::client();
         let sms = match &config.sms {
             SmsProvider::Log => {
@@ -144,7 +146,7 @@ impl Providers {
                 })
             }
         };
-        Ok(Self { email: EmailSender::new(config)?, sms, whatsapp })
+        Ok(Self { email: EmailSender::new(config, secret)?, sms, whatsapp })
     }
 
     /// Hands `message` to its channel's provider; email from a tenant's own domain is signed
