@@ -6,6 +6,7 @@
 //! provider does not send it again forever. Every outcome is counted in `/metrics`
 //! (`herald_receipts_total{provider, outcome}`).
 
+pub mod email;
 pub mod twilio;
 pub mod whatsapp;
 
