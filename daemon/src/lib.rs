@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod api;
 pub mod auth;
+pub mod bounce_listener;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -113,8 +114,13 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
     })
 }
 
-/// Starts the background tasks under a supervisor that stops them with `background`.
-fn start_tasks(state: &AppState, background: CancellationToken) -> Supervisor {
+/// Starts the background tasks under a supervisor that stops them with `background`; the bounce
+/// listener serves on `bounce_listener` if it is configured.
+fn start_tasks(
+    state: &AppState,
+    background: CancellationToken,
+    bounce_listener: Option<Arc<TcpListener>>,
+) -> Supervisor {
     let mut supervisor = Supervisor::new(state.tasks.clone(), background);
     macro_rules! task {
         ($name:literal, $run:expr) => {{
@@ -133,6 +139,12 @@ fn start_tasks(state: &AppState, background: CancellationToken) -> Supervisor {
     task!("activity-counters", |state: AppState, token| async move {
         state.store.maintain_activity_counts(token).await
     });
+    if let Some(listener) = bounce_listener {
+        let state = state.clone();
+        supervisor.spawn("bounce-listener", move |token| {
+            Box::pin(bounce_listener::run(state.clone(), listener.clone(), token))
+        });
+    }
     let store = state.store.clone();
     supervisor.watch("store-writer", move || {
         let store = store.clone();
@@ -148,11 +160,13 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    // Bound first, so a taken port stops the start with its own error.
+    let bounce_listener = bounce_listener::bind(&state)?;
     // Registered before any task starts, so a database that refuses it leaves nothing running.
     stream::register_daemon(&state).await?;
     let app = api::router(state.clone());
     let background = CancellationToken::new();
-    let supervisor = start_tasks(&state, background.clone());
+    let supervisor = start_tasks(&state, background.clone(), bounce_listener);
     let failed = supervisor.failed();
     let supervising = tokio::spawn(supervisor.run());
     // Streams end when the daemon is asked to stop, so graceful shutdown never waits on them.
