@@ -3,6 +3,7 @@
 mod activity;
 mod auth;
 mod batches;
+mod bounces;
 mod browser;
 mod cli;
 mod crash;

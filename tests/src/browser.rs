@@ -13,11 +13,6 @@ pub struct Browser {
     http: reqwest::Client,
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
-}
-
 fn binary(names: &[&str]) -> Option<String> {
     let path = std::env::var("PATH").unwrap_or_default();
     names.iter().find_map(|name| {
@@ -36,7 +31,7 @@ impl Browser {
         );
         let chromium = binary(&["chromium", "chromium-browser", "google-chrome"])
             .expect("the browser tests need chromium (apt-get install chromium)");
-        let port = free_port();
+        let port = crate::free_port();
         // A process group of its own, so that Chromium goes with chromedriver even when a test
         // panics before `stop` (see `Drop`).
         let driver = tokio::process::Command::new(driver_path)

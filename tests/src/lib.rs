@@ -45,6 +45,13 @@ pub fn python() -> String {
     std::env::var("HERALD_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned())
 }
 
+/// A loopback port nothing listens on right now, for a server that must be told its port
+/// before it starts (the daemon's bounce listener, chromedriver, Postfix).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
 /// Installs the TLS crypto provider once (reqwest and sqlx use rustls with aws-lc-rs).
 pub fn init_crypto() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
