@@ -214,3 +214,20 @@ fn paths_are_read_as_mail_servers_write_them() {
     assert_eq!(declared_size("body=7bit size=99"), Some(99));
     assert_eq!(declared_size("SIZE=x"), None);
 }
+
+#[test]
+fn the_delivery_docs_state_the_limits() {
+    let docs = include_str!("../../../../docs/DELIVERY.md");
+    let limits = Limits::default();
+    for stated in [
+        format!("| Command line | {},{:03} bytes |", limits.command_line / 1000, limits.command_line % 1000),
+        format!("| Message | {} MiB", limits.message / (1024 * 1024)),
+        format!("| Recipients per transaction | {} |", limits.recipients),
+        format!("| Errors (5xx answers) per session | {} |", limits.errors),
+        format!("| Time for one line | {} s |", limits.idle.as_secs()),
+        format!("| Time for a session | {} min |", limits.session.as_secs() / 60),
+        format!("| Sessions at once | {} |", crate::bounce_listener::MAX_SESSIONS),
+    ] {
+        assert!(docs.contains(&stated), "docs/DELIVERY.md states `{stated}`");
+    }
+}

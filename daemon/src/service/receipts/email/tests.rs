@@ -227,3 +227,11 @@ fn addresses_are_masked_wherever_they_are() {
     assert_eq!(mask_addresses("two@@x"), "two@@x");
     assert_eq!(mask_addresses("'ann@example.com' and `bo@x.io`"), "'a*n@example.com' and `b*@x.io`");
 }
+
+#[test]
+fn the_delivery_docs_state_the_limits() {
+    let docs = include_str!("../../../../../docs/DELIVERY.md");
+    let flat = docs.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains(&format!("at most {MAX_RECIPIENTS} per report")), "{MAX_RECIPIENTS} recipients");
+    assert!(flat.contains(&format!("cut to {MAX_DETAIL} characters")), "{MAX_DETAIL} characters");
+}
