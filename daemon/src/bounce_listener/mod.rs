@@ -46,7 +46,8 @@ impl Intake for Receipts<'_> {
             ReturnPath::Signed(id) => Recipient::Accepted(id),
             ReturnPath::Forged => {
                 receipts::count(ReceiptProvider::Email, Counted::InvalidSignature);
-                tracing::info!("bounce listener: refused a return path Herald did not sign");
+                // Counted; at `debug` only, so that a flood of forgeries cannot flood the log.
+                tracing::debug!("bounce listener: refused a return path Herald did not sign");
                 Recipient::Forged
             }
             ReturnPath::NotOurs => Recipient::Unknown,

@@ -317,6 +317,17 @@ impl EmailSender {
                 Transport::Outbox(dir)
             }
         };
+        // Every return path is in the bounce domain: one that cannot be an address's domain
+        // would fail every email, so it stops the start instead.
+        let sample = TransactionId::Notification(herald_common::ids::NotificationId::new());
+        verp::return_path(secret, &config.bounce_domain, &sample).parse::<lettre::Address>().map_err(
+            |e| {
+                anyhow::anyhow!(
+                    "HERALD_BOUNCE_DOMAIN `{}` cannot be an email domain: {e}",
+                    config.bounce_domain
+                )
+            },
+        )?;
         Ok(Self {
             transport,
             default_from,
@@ -432,5 +443,26 @@ mod tests {
         assert!(parse_smtp_url("smtp://h:notaport").is_err());
         assert!(parse_smtp_url("http://h").is_err());
         assert_eq!(percent_decode("a%é%41%"), "a%éA%");
+    }
+
+    #[test]
+    fn a_bounce_domain_that_cannot_be_an_email_domain_stops_the_start() {
+        let secret = ServerSecret::new(crate::config::Secret::new("email-test-secret-email-test-secret-01"));
+        let dir = std::env::temp_dir().join(format!("herald-email-{}", herald_common::ids::new_body()));
+        let sender = |domain: &str| {
+            let vars = [("HERALD_BOUNCE_DOMAIN", domain), ("HERALD_DATA_DIR", dir.to_str().unwrap())];
+            let config = crate::config::Layers::new()
+                .env(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+                .build(false)
+                .unwrap();
+            EmailSender::new(&config, &secret).map(|_| ())
+        };
+        assert!(sender("bounce.example.com").is_ok());
+        let refused = sender("bounce..example").unwrap_err().to_string();
+        assert!(
+            refused.contains("HERALD_BOUNCE_DOMAIN `bounce..example` cannot be an email domain"),
+            "{refused}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
