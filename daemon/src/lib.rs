@@ -111,6 +111,7 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
         daemon_id: format!("dmn_{}", crate::secret::random_token(12)).into(),
         shutdown: CancellationToken::new(),
         openapi: Arc::new(OnceLock::new()),
+        bounce_listener_addr: Arc::new(OnceLock::new()),
     })
 }
 
@@ -162,6 +163,9 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // Bound first, so a taken port stops the start with its own error.
     let bounce_listener = bounce_listener::bind(&state)?;
+    if let Some(listener) = &bounce_listener {
+        let _ = state.bounce_listener_addr.set(listener.local_addr()?);
+    }
     // Registered before any task starts, so a database that refuses it leaves nothing running.
     stream::register_daemon(&state).await?;
     let app = api::router(state.clone());

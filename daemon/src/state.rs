@@ -43,4 +43,7 @@ pub struct AppState {
     pub delivery_wake: Arc<tokio::sync::Notify>,
     /// The OpenAPI document, rendered once when the router is built.
     pub openapi: Arc<OnceLock<String>>,
+    /// Where the bounce listener listens, once `serve` has bound it (`HERALD_BOUNCE_LISTEN` may
+    /// name port 0).
+    pub bounce_listener_addr: Arc<OnceLock<std::net::SocketAddr>>,
 }

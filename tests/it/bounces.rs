@@ -16,34 +16,36 @@ use herald_common::{
     ids::NotificationId,
 };
 use herald_tests::{
-    Backend, TestDaemon, both_backends, eventually, free_port,
+    Backend, TestDaemon, both_backends, eventually,
     peers::{Postfix, SmtpSink, mta::deliver},
+    sse::SseClient,
 };
 
 const BOUNCE_DOMAIN: &str = "bounce.test";
 
-/// A daemon sending through `smtp_url`, its bounce listener on a free port.
+/// A daemon sending through `smtp_url`, and the port of its bounce listener (on a port the
+/// system picks, so no other test can take it first).
 async fn daemon(backend: Backend, smtp_url: String) -> (TestDaemon, u16) {
-    let bounce_port = free_port();
     let d = TestDaemon::start_with(
         backend,
         vec![
             ("HERALD_SMTP_URL", smtp_url),
-            ("HERALD_BOUNCE_LISTEN", format!("127.0.0.1:{bounce_port}")),
+            ("HERALD_BOUNCE_LISTEN", "127.0.0.1:0".to_owned()),
             ("HERALD_BOUNCE_DOMAIN", BOUNCE_DOMAIN.to_owned()),
             ("HERALD_RETRY_SCHEDULE", "50ms".to_owned()),
         ],
     )
     .await;
-    (d, bounce_port)
+    let port = d.bounce_listener_addr().await.port();
+    (d, port)
 }
 
-/// An API key's client and an operator's (activity read and retry) for a new tenant.
-async fn clients(d: &TestDaemon) -> (Client, Client) {
+/// An API key's client and an operator's (activity read and retry) for a new tenant, and the
+/// operator's token.
+async fn clients(d: &TestDaemon) -> (Client, Client, String) {
     let boot = d.bootstrap().await;
-    let operator =
-        d.with_token(&d.idp.operator_token(&boot.tenant_id, &[Scope::ActivityRead, Scope::ActivityRetry]));
-    (d.with_token(&boot.api_key), operator)
+    let token = d.idp.operator_token(&boot.tenant_id, &[Scope::ActivityRead, Scope::ActivityRetry]);
+    (d.with_token(&boot.api_key), d.with_token(&token), token)
 }
 
 async fn send(key: &Client, to: &str) -> NotificationId {
@@ -159,8 +161,10 @@ async fn report(port: u16, return_path: &str, message: &[u8]) {
 async fn bounces_and_complaints(backend: Backend) {
     let smtp = SmtpSink::start().await;
     let (d, port) = daemon(backend, smtp.url()).await;
-    let (key, operator) = clients(&d).await;
+    let (key, operator, operator_token) = clients(&d).await;
     assert_eq!(d.client.readyz().await.unwrap().tasks["bounce-listener"].state, TaskState::Running);
+    let mut feed =
+        SseClient::connect_to(&d.url, "/api/v1/activity/stream", &operator_token, None).await.unwrap();
     let counted = |outcome| receipts_counted(&d, outcome);
     let (changed, recorded, forged, malformed) = (
         counted("changed").await,
@@ -198,6 +202,18 @@ async fn bounces_and_complaints(backend: Backend) {
     assert_eq!(receipt.detail.as_deref(), Some(reason.as_str()));
     let refused = operator.retry(&hard).await.unwrap_err().problem().cloned().unwrap();
     assert_eq!((refused.status, refused.code), (409, ErrorCode::NotRetryable));
+    // The operators' live feed shows the change.
+    let update = loop {
+        let event = feed
+            .next_non_heartbeat(Duration::from_secs(10))
+            .await
+            .expect("the bounce on the operators' stream");
+        if event.data["transaction_id"] == hard.as_str() && event.data["status"] == "bounced" {
+            break event;
+        }
+    };
+    assert_eq!(update.event, "activity.updated");
+    assert_eq!(update.data["failure_reason"], reason.as_str());
     let lookup = key.notification(&hard).await.unwrap();
     assert_eq!((lookup.delivery_status, lookup.receipts.len()), (DeliveryStatus::Bounced, 1));
     assert!(!serde_json::to_string(&lookup).unwrap().contains("ann@"), "{lookup:?}");
@@ -293,26 +309,28 @@ async fn postfix_bounce(backend: Backend) {
     let started = Instant::now();
     let smtp = SmtpSink::start().await;
     smtp.set_rule("ann@example.net", "550");
-    let bounce_port = free_port();
-    let postfix = Postfix::start(&[("example.net", smtp.port), (BOUNCE_DOMAIN, bounce_port)]).await;
-    let d = TestDaemon::start_with(
-        backend,
-        vec![
-            ("HERALD_SMTP_URL", format!("smtp+plain://127.0.0.1:{}", postfix.port)),
-            ("HERALD_BOUNCE_LISTEN", format!("127.0.0.1:{bounce_port}")),
-            ("HERALD_BOUNCE_DOMAIN", BOUNCE_DOMAIN.to_owned()),
-        ],
-    )
-    .await;
-    let (key, operator) = clients(&d).await;
+    // Postfix first, relaying example.net to the sink; then the daemon, sending through it;
+    // then the bounce domain's route to the daemon's listener.
+    let mut postfix = Postfix::start(&[("example.net", smtp.port)]).await;
+    let (d, bounce_port) = daemon(backend, format!("smtp+plain://127.0.0.1:{}", postfix.port)).await;
+    postfix.route(BOUNCE_DOMAIN, bounce_port).await;
+    let (key, operator, _) = clients(&d).await;
     let ready = started.elapsed();
 
     let id = send(&key, "ann@example.net").await;
-    let detail = eventually("Postfix's DSN to bounce the item", Duration::from_secs(30), || async {
-        let detail = operator.activity_item(&id).await.ok()?;
-        (detail.item.status == "bounced").then_some(detail)
-    })
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let detail = loop {
+        let detail = operator.activity_item(&id).await.unwrap();
+        if detail.item.status == "bounced" {
+            break detail;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Postfix's DSN did not bounce the item within 30 s: {detail:?}\nPostfix's log:\n{}",
+            postfix.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let log = postfix.log();
     assert_eq!(detail.attempts.len(), 1, "Postfix accepted it: {log}");
     let reason = detail.item.failure_reason.clone().unwrap();

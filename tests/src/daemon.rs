@@ -117,6 +117,15 @@ impl TestDaemon {
         }
     }
 
+    /// Where the daemon's bounce listener listens (started with `HERALD_BOUNCE_LISTEN`, which
+    /// may name port 0), once it is bound.
+    pub async fn bounce_listener_addr(&self) -> SocketAddr {
+        crate::eventually("the bounce listener to be bound", Duration::from_secs(20), || async {
+            self.state.bounce_listener_addr.get().copied()
+        })
+        .await
+    }
+
     /// A new tenant with an application and a key holding every scope.
     pub async fn bootstrap(&self) -> Bootstrapped {
         admin::bootstrap(&self.state.store, &self.state.secret, "Test").await.expect("bootstrap")

@@ -67,10 +67,16 @@ const POSTFIX: &str = "/usr/sbin/postfix";
 /// their loopback ports, and nothing else.
 pub struct Postfix {
     pub port: u16,
+    /// Domain → loopback port, the transport map.
+    routes: Vec<(String, u16)>,
     config: PathBuf,
     /// Holds `config/`, `queue/`, `data/` and `maillog`.
     dir: TempDir,
 }
+
+/// Starts of the master daemon tried before giving up: the port is picked free just before each
+/// start, but another process may take it first.
+const START_TRIES: usize = 5;
 
 impl Postfix {
     /// Whether a private Postfix can run here: `None` if it can, else why not (after printing
@@ -92,24 +98,84 @@ impl Postfix {
     }
 
     /// Starts an instance that sends mail for each `(domain, port)` of `routes` to
-    /// `127.0.0.1:port` (and for no other domain), and waits until it listens.
+    /// `127.0.0.1:port` (and for no other domain), and waits until it answers SMTP.
     pub async fn start(routes: &[(&str, u16)]) -> Postfix {
         let dir = tempfile::tempdir().expect("temp dir for Postfix");
         // Postfix's daemons run as the `postfix` user: they must be able to reach the queue.
         set_mode(dir.path(), 0o755);
-        let (config, queue, data) =
-            (dir.path().join("config"), dir.path().join("queue"), dir.path().join("data"));
-        for d in [&config, &queue, &data] {
-            std::fs::create_dir_all(d).expect("create a Postfix directory");
+        let config = dir.path().join("config");
+        for d in ["config", "queue", "data"] {
+            std::fs::create_dir_all(dir.path().join(d)).expect("create a Postfix directory");
         }
+        let data = dir.path().join("data");
         let chown = Command::new("chown").arg("postfix").arg(&data).status().await;
         assert!(chown.is_ok_and(|s| s.success()), "chown postfix {}", data.display());
-        let port = crate::free_port();
-        let transport = routes
+        let routes = routes.iter().map(|(domain, port)| (domain.to_string(), *port)).collect();
+        let mut postfix = Postfix { port: 0, routes, config, dir };
+        // `start` makes the queue's directories, with their owners, on its way.
+        for _ in 0..START_TRIES {
+            postfix.port = crate::free_port();
+            postfix.write_config();
+            // The master daemon runs in the background (stopped by Drop); `start` fails when
+            // the port was taken meanwhile.
+            if postfix.try_run("start").await && postfix.answers().await {
+                return postfix;
+            }
+            postfix.try_run("stop").await;
+        }
+        panic!("Postfix did not answer on a free port in {START_TRIES} tries; its log:\n{}", postfix.log());
+    }
+
+    /// Sends mail for `domain` to `127.0.0.1:port` from now on: the master daemon is told to
+    /// read its configuration again (SIGHUP, what `postfix reload` does after its checks), and
+    /// has once it logs so.
+    pub async fn route(&mut self, domain: &str, port: u16) {
+        self.routes.push((domain.to_owned(), port));
+        self.write_config();
+        let reloads = |log: &str| log.matches("reload -- version").count();
+        let before = reloads(&self.log());
+        let pid_file = self.dir.path().join("queue/pid/master.pid");
+        let pid =
+            std::fs::read_to_string(&pid_file).unwrap_or_else(|e| panic!("read {}: {e}", pid_file.display()));
+        let hup = Command::new("kill").args(["-HUP", pid.trim()]).status().await;
+        assert!(hup.is_ok_and(|s| s.success()), "kill -HUP {} (Postfix's master)", pid.trim());
+        crate::eventually("Postfix to reload its configuration", Duration::from_secs(20), || async {
+            (reloads(&self.log()) > before).then_some(())
+        })
+        .await;
+    }
+
+    /// Postfix's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("maillog")).unwrap_or_default()
+    }
+
+    /// Whether this instance (not some other server that took its port) greets on its port
+    /// within 10 s.
+    async fn answers(&self) -> bool {
+        use tokio::io::AsyncBufReadExt;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(stream) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await {
+                let mut greeting = String::new();
+                let mut reader = tokio::io::BufReader::new(stream);
+                let read =
+                    tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut greeting)).await;
+                return matches!(read, Ok(Ok(_))) && greeting.starts_with("220 mta.postfix.test ");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// Writes `main.cf` and `master.cf` for the current port and routes.
+    fn write_config(&self) {
+        let root = self.dir.path();
+        let transport = self
+            .routes
             .iter()
             .map(|(domain, port)| format!("{domain}=smtp:[127.0.0.1]:{port}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+            .collect::<Vec<_>>();
         let main_cf = format!(
             "compatibility_level = 3.6\n\
              queue_directory = {queue}\n\
@@ -133,12 +199,13 @@ impl Postfix {
              biff = no\n\
              maillog_file = {log}\n\
              maillog_file_prefixes = {root}\n",
-            queue = queue.display(),
-            data = data.display(),
-            log = dir.path().join("maillog").display(),
-            root = dir.path().display(),
+            queue = root.join("queue").display(),
+            data = root.join("data").display(),
+            transport = transport.join(", "),
+            log = root.join("maillog").display(),
+            root = root.display(),
         );
-        std::fs::write(config.join("main.cf"), main_cf).expect("write main.cf");
+        std::fs::write(self.config.join("main.cf"), main_cf).expect("write main.cf");
         // Only the services a relay needs, none chrooted (the queue is not set up for it).
         let master_cf = format!(
             "127.0.0.1:{port} inet n - n - - smtpd\n\
@@ -160,42 +227,25 @@ impl Postfix {
              discard   unix  - - n -   - discard\n\
              anvil     unix  - - n -   1 anvil\n\
              scache    unix  - - n -   1 scache\n\
-             postlog   unix-dgram n - n - 1 postlogd\n"
+             postlog   unix-dgram n - n - 1 postlogd\n",
+            // Port 1 until a free one is picked, for `check`.
+            port = self.port.max(1),
         );
-        std::fs::write(config.join("master.cf"), master_cf).expect("write master.cf");
-        let postfix = Postfix { port, config, dir };
-        // `check` makes the queue's directories with their owners; `start` runs the master
-        // daemon in the background (stopped by Drop).
-        postfix.run("check").await;
-        postfix.run("start").await;
-        crate::eventually("Postfix to listen", Duration::from_secs(20), || async {
-            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ())
-        })
-        .await;
-        postfix
+        std::fs::write(self.config.join("master.cf"), master_cf).expect("write master.cf");
     }
 
-    /// Postfix's log so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("maillog")).unwrap_or_default()
-    }
-
-    /// Runs `postfix -c <config> <verb>`; on failure panics with the log, where Postfix says why.
-    async fn run(&self, verb: &str) {
-        let output = Command::new(POSTFIX)
+    /// Runs `postfix -c <config> <verb>`: whether it succeeded.
+    async fn try_run(&self, verb: &str) -> bool {
+        Command::new(POSTFIX)
             .arg("-c")
             .arg(&self.config)
             .arg(verb)
-            .output()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
             .await
-            .unwrap_or_else(|e| panic!("cannot run {POSTFIX}: {e}"));
-        assert!(
-            output.status.success(),
-            "postfix {verb} failed: {}{}\nits log:\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr),
-            self.log()
-        );
+            .unwrap_or_else(|e| panic!("cannot run {POSTFIX}: {e}"))
+            .success()
     }
 }
 
