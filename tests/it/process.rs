@@ -269,14 +269,14 @@ async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
 async fn the_dev_quick_start_prints_working_credentials() {
     herald_tests::init_crypto();
     let dir = tempfile::tempdir().unwrap();
-    // The bounce listener on a free port rather than --dev's 127.0.0.1:2525, which another test
-    // run on the machine may hold.
-    let bounce_listen = format!("127.0.0.1:{}", herald_tests::free_port());
+    // The bounce listener on a port the system picks rather than --dev's 127.0.0.1:2525, which
+    // another test run on the machine may hold.
+    let bounce_listen = "127.0.0.1:0";
     let mut command = heraldd(dir.path());
     command
         .env_remove("HERALD_DATABASE_URL")
         .env_remove("HERALD_DATA_DIR")
-        .env("HERALD_BOUNCE_LISTEN", &bounce_listen)
+        .env("HERALD_BOUNCE_LISTEN", bounce_listen)
         .arg("--dev");
     let (child, addr, _) = start_serving(&mut command).await;
     let mut child = child;
@@ -321,7 +321,7 @@ async fn the_dev_quick_start_prints_working_credentials() {
     command
         .env_remove("HERALD_DATABASE_URL")
         .env_remove("HERALD_DATA_DIR")
-        .env("HERALD_BOUNCE_LISTEN", &bounce_listen)
+        .env("HERALD_BOUNCE_LISTEN", bounce_listen)
         .arg("--dev");
     let (child, _, _) = start_serving(&mut command).await;
     let saved: Bootstrapped =
