@@ -35,11 +35,13 @@ pub fn inbox_item(record: InboxRecord) -> InboxItem {
     }
 }
 
-/// A feed row as the feed and the activity stream show it: only an item that failed or that a
-/// receipt said did not arrive (`undelivered`, `bounced`, CONTRACT §8) has a failure reason, and
-/// only one of those can be retryable.
+/// A feed row as the feed and the activity stream show it: only an item that failed, that a
+/// receipt said did not arrive (`undelivered`, `bounced`, CONTRACT §8) or that was complained
+/// about has a failure reason, and only one a retry applies to ([`ActivityStatus::RETRIED`])
+/// can be retryable.
 pub fn activity_item(row: ActivityRow) -> ActivityItem {
-    let failed = ActivityStatus::RETRIED.contains(&row.status);
+    let retried = ActivityStatus::RETRIED.contains(&row.status);
+    let failed = retried || row.status == ActivityStatus::Complained;
     ActivityItem {
         transaction_id: row.transaction_id,
         application_id: row.application_id,
@@ -49,7 +51,7 @@ pub fn activity_item(row: ActivityRow) -> ActivityItem {
         status: row.status,
         failure_reason: row.failure_reason.filter(|_| failed),
         created_at: Timestamp::from_millis(row.created_at),
-        retryable: row.retryable && failed,
+        retryable: row.retryable && retried,
         retry_count: count(row.retry_count),
     }
 }
