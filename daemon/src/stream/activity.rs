@@ -35,6 +35,8 @@ const POLL: Duration = Duration::from_millis(500);
 /// The least time between two reads woken by this daemon's changes: a burst of changes is read
 /// in pages, not one read per change.
 const MIN_GAP: Duration = Duration::from_millis(10);
+/// How far behind its cursor a read woken by this daemon's change looks for late commits.
+const WOKEN_LOOKBACK_MS: i64 = 250;
 pub const REORDER_WINDOW_MS: i64 = 2_000;
 const BATCH: i64 = 500;
 const MAX_PAGES_PER_POLL: usize = 20;
@@ -125,8 +127,10 @@ impl ActivityStream {
 
     /// One read: the changes after the cursor, then, on a poll (`sweep`), part of a pass over
     /// the reorder window for changes that committed late. A read woken by this daemon's own
-    /// change skips the sweep: at a thousand changes a second it would read the window's
-    /// thousands of rows a hundred times a second, and a late commit is found by the next poll.
+    /// change looks back only [`WOKEN_LOOKBACK_MS`] behind the cursor, where the usual late
+    /// commit lands (a request held up for a moment between taking its time and queueing its
+    /// write): the whole window, at a thousand changes a second, would be thousands of rows a
+    /// hundred times a second. Anything later than that is found by the next poll.
     async fn read_changes(&mut self, sweep: bool) {
         self.last_read = Instant::now();
         let now = self.clock.now_millis();
@@ -140,6 +144,15 @@ impl ActivityStream {
             }
         }
         if !sweep {
+            let until = self.cursor.clone();
+            let mut after = (until.0 - WOKEN_LOOKBACK_MS, String::new());
+            for _ in 0..MAX_PAGES_PER_POLL {
+                let Some((full, last)) = self.read_page(&after, now).await else { return };
+                match last {
+                    Some(last) if full && last < until => after = last,
+                    _ => break,
+                }
+            }
             return;
         }
         // Late commits: a change stamped before the cursor that was not visible when the cursor
