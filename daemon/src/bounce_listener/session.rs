@@ -292,7 +292,7 @@ where
             "VRFY" => "252 2.5.0 Cannot verify, but will take the message".to_owned(),
             "HELP" => "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT".to_owned(),
             "STARTTLS" | "AUTH" | "BDAT" | "EXPN" | "ETRN" | "TURN" => {
-                "502 5.5.1 Command not implemented".to_owned()
+                "502 5.5.1 Command not supported here".to_owned()
             }
             _ => "500 5.5.2 Command not recognized".to_owned(),
         };

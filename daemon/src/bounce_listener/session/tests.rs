@@ -142,7 +142,7 @@ async fn nothing_is_read_without_a_valid_recipient() {
     // The message lines that follow are read as commands and refused, never delivered.
     assert_eq!(c.say("Subject: hi").await, "500 5.5.2 Command not recognized");
     assert!(intake.delivered.lock().unwrap().is_empty());
-    assert_eq!(c.say("STARTTLS").await, "502 5.5.1 Command not implemented");
+    assert_eq!(c.say("STARTTLS").await, "502 5.5.1 Command not supported here");
     assert_eq!(codes(&c.say("MAIL FROM:<> SIZE=99999999").await), "552", "over the declared SIZE");
     assert_eq!(codes(&c.say("MAIL TO:<x@y>").await), "501");
 }
