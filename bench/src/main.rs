@@ -255,6 +255,17 @@ fn row(name: &str, report: &load::Report, floor: Option<f64>) -> String {
     )
 }
 
+/// The `/healthz` floor as a row of a five-column table (path, per second, p50, p99, errors).
+fn floor_row(floor: &load::Report) -> String {
+    format!(
+        "| GET /healthz (floor) | {:.0} | {:.2} | {:.2} | {} |",
+        floor.per_second(),
+        floor.percentile(50.0).as_secs_f64() * 1000.0,
+        floor.percentile(99.0).as_secs_f64() * 1000.0,
+        floor.errors
+    )
+}
+
 fn backend_of(backend: BackendArg) -> anyhow::Result<Backend> {
     let backend = match backend {
         BackendArg::Sqlite => Backend::Sqlite,
@@ -350,13 +361,7 @@ async fn otp(
     println!("\n{}, {pairs} OTP send + verify pairs, concurrency {concurrency}\n", engine_name(backend));
     println!("| path | per second | p50 ms | p99 ms | errors |");
     println!("|---|---|---|---|---|");
-    println!(
-        "| GET /healthz (floor) | {:.0} | {:.2} | {:.2} | {} |",
-        floor.per_second(),
-        floor.percentile(50.0).as_secs_f64() * 1000.0,
-        floor.percentile(99.0).as_secs_f64() * 1000.0,
-        floor.errors
-    );
+    println!("{}", floor_row(&floor));
     println!(
         "| send + verify pair | {:.0} | {:.2} | {:.2} | {errors} |",
         latencies.len() as f64 / elapsed.as_secs_f64(),

@@ -121,12 +121,9 @@ async fn post_callbacks(
     (latencies, errors)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p / 100.0).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
+/// `load::percentile` in milliseconds.
+fn ms(sorted: &[Duration], p: f64) -> f64 {
+    load::percentile(sorted, p).as_secs_f64() * 1000.0
 }
 
 pub async fn run(o: Options) -> anyhow::Result<()> {
@@ -222,18 +219,12 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     println!("\n{}, Twilio status callbacks (signed), concurrency {}\n", engine_name(backend), o.concurrency);
     println!("| path | req/s | p50 ms | p99 ms | errors |");
     println!("|---|---|---|---|---|");
-    println!(
-        "| GET /healthz (floor) | {:.0} | {:.2} | {:.2} | {} |",
-        floor.per_second(),
-        floor.percentile(50.0).as_secs_f64() * 1000.0,
-        floor.percentile(99.0).as_secs_f64() * 1000.0,
-        floor.errors
-    );
+    println!("{}", crate::floor_row(&floor));
     println!(
         "| POST {PATH} (delivered, new status) | {:.0} | {:.2} | {:.2} | {errors} |",
         latencies.len() as f64 / elapsed.as_secs_f64(),
-        percentile(&latencies, 50.0),
-        percentile(&latencies, 99.0)
+        ms(&latencies, 50.0),
+        ms(&latencies, 99.0)
     );
 
     // Receipt → activity.updated, at a steady rate.
@@ -270,9 +261,9 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
         o.rate,
         o.seconds,
         delays.len(),
-        percentile(&delays, 50.0),
-        percentile(&delays, 99.0),
-        percentile(&delays, 100.0)
+        ms(&delays, 50.0),
+        ms(&delays, 99.0),
+        ms(&delays, 100.0)
     );
     let mut child = d.child;
     let _ = child.kill().await;
