@@ -226,8 +226,10 @@ fn draw_activity(frame: &mut Frame, app: &App, area: Rect) {
 
 fn activity_row<'a>(app: &App, item: &'a ActivityItem, selected: bool, now: i64, wide: bool) -> Row<'a> {
     let status = Cell::from(item.status.as_str()).style(Style::default().fg(status_color(item.status)));
+    // The daemon sends a reason only with an item that failed, did not arrive or was complained
+    // about (views::activity_item).
     let last = match &item.failure_reason {
-        Some(reason) if item.status == ActivityStatus::Failed => {
+        Some(reason) => {
             Cell::from(format!("{} {}", item.transaction_id, reason)).style(Style::default().fg(Color::Red))
         }
         _ => Cell::from(item.transaction_id.to_string()),
