@@ -51,7 +51,8 @@ impl Exit {
             | OtpTombstoned
             | OtpAlreadyVerified
             | NotRetryable
-            | DomainNotVerified => Exit::Conflict,
+            | DomainNotVerified
+            | RecipientSuppressed => Exit::Conflict,
             RateLimited => Exit::RateLimited,
             Internal | Unavailable | DeliveryFailed => Exit::Unavailable,
             OtpInvalidCode => Exit::Failure,

@@ -42,7 +42,7 @@ impl Tone {
             | ActivityStatus::Undelivered
             | ActivityStatus::Bounced
             | ActivityStatus::Complained => Tone::Bad,
-            ActivityStatus::Expired => Tone::Dim,
+            ActivityStatus::Expired | ActivityStatus::Suppressed => Tone::Dim,
         }
     }
 

@@ -35,6 +35,8 @@ pub enum ErrorCode {
     InvalidSignature,
     /// A provider's callback whose body is not one it sends.
     InvalidReceipt,
+    /// An OTP to a recipient on the suppression list (CONTRACT §9).
+    RecipientSuppressed,
     Unavailable,
     Internal,
 }
@@ -52,7 +54,7 @@ impl ErrorCode {
             OtpExpired => 410,
             PayloadTooLarge => 413,
             UnsupportedMediaType => 415,
-            ValidationFailed | IdempotencyKeyReused | DomainNotVerified => 422,
+            ValidationFailed | IdempotencyKeyReused | DomainNotVerified | RecipientSuppressed => 422,
             OtpTombstoned => 423,
             RateLimited => 429,
             Internal => 500,
@@ -86,6 +88,7 @@ impl ErrorCode {
             DomainNotVerified => "Domain not verified",
             InvalidSignature => "Invalid signature",
             InvalidReceipt => "Malformed receipt",
+            RecipientSuppressed => "Recipient suppressed",
             Unavailable => "Service unavailable",
             Internal => "Internal error",
         }
@@ -116,6 +119,7 @@ impl ErrorCode {
             DomainNotVerified => "domain_not_verified",
             InvalidSignature => "invalid_signature",
             InvalidReceipt => "invalid_receipt",
+            RecipientSuppressed => "recipient_suppressed",
             Unavailable => "unavailable",
             Internal => "internal",
         }

@@ -158,6 +158,8 @@ prefixed_id!(/// A stored template.
     TemplateId, "tpl_");
 prefixed_id!(/// An event.
     EventId, "evt_");
+prefixed_id!(/// An entry of a tenant's suppression list.
+    SuppressionId, "sup_");
 
 /// An activity item's id: a notification's or an OTP transaction's.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]

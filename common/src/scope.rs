@@ -30,10 +30,14 @@ pub enum Scope {
     ActivityRead,
     #[serde(rename = "activity:retry")]
     ActivityRetry,
+    #[serde(rename = "suppressions:read")]
+    SuppressionsRead,
+    #[serde(rename = "suppressions:write")]
+    SuppressionsWrite,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 11] = [
+    pub const ALL: [Scope; 13] = [
         Scope::NotificationsSend,
         Scope::NotificationsRead,
         Scope::OtpSend,
@@ -45,12 +49,23 @@ impl Scope {
         Scope::UsersToken,
         Scope::ActivityRead,
         Scope::ActivityRetry,
+        Scope::SuppressionsRead,
+        Scope::SuppressionsWrite,
     ];
 
-    /// Scopes a new key gets when none are named: everything except the two that must be asked
-    /// for explicitly (`otp:custom_code`, `activity:retry`).
+    /// Scopes a new key gets when none are named: everything except those that must be asked
+    /// for explicitly (`otp:custom_code`, `activity:retry`, and the suppression list's, which
+    /// lifts what stops sends to people who left).
     pub fn defaults() -> Vec<Scope> {
-        Self::ALL.into_iter().filter(|s| !matches!(s, Scope::OtpCustomCode | Scope::ActivityRetry)).collect()
+        Self::ALL.into_iter().filter(|s| !s.is_explicit()).collect()
+    }
+
+    /// Whether a key gets this scope only when it is named.
+    pub const fn is_explicit(self) -> bool {
+        matches!(
+            self,
+            Scope::OtpCustomCode | Scope::ActivityRetry | Scope::SuppressionsRead | Scope::SuppressionsWrite
+        )
     }
 
     pub fn as_str(self) -> &'static str {
@@ -66,6 +81,8 @@ impl Scope {
             Scope::UsersToken => "users:token",
             Scope::ActivityRead => "activity:read",
             Scope::ActivityRetry => "activity:retry",
+            Scope::SuppressionsRead => "suppressions:read",
+            Scope::SuppressionsWrite => "suppressions:write",
         }
     }
 
@@ -116,6 +133,8 @@ mod tests {
         let defaults = Scope::defaults();
         assert!(!defaults.contains(&Scope::OtpCustomCode));
         assert!(!defaults.contains(&Scope::ActivityRetry));
-        assert_eq!(defaults.len(), Scope::ALL.len() - 2);
+        assert!(!defaults.contains(&Scope::SuppressionsRead));
+        assert!(!defaults.contains(&Scope::SuppressionsWrite));
+        assert_eq!(defaults.len(), Scope::ALL.len() - 4);
     }
 }

@@ -16,7 +16,7 @@ use crate::{
     auth::MissingScope,
     service::{
         InvalidFields, domains::DomainError, idempotent_replay::ReplayError, notifications::DispatchError,
-        otp::OtpError, receipts::ReceiptError,
+        otp::OtpError, receipts::ReceiptError, suppressions::SuppressionError,
     },
     store::StoreError,
 };
@@ -225,6 +225,16 @@ impl From<ReceiptError> for ApiError {
     }
 }
 
+impl From<SuppressionError> for ApiError {
+    fn from(error: SuppressionError) -> Self {
+        match error {
+            SuppressionError::Invalid(e) => e.into(),
+            SuppressionError::NotFound => ApiError::not_found("suppression"),
+            SuppressionError::Store(e) => e.into(),
+        }
+    }
+}
+
 impl From<OtpError> for ApiError {
     fn from(error: OtpError) -> Self {
         let detail = error.to_string();
@@ -236,6 +246,7 @@ impl From<OtpError> for ApiError {
             }
             OtpError::Replay(e) => e.into(),
             OtpError::DeliveryFailed(problem) => ApiError::from_problem(*problem),
+            OtpError::Suppressed(_) => ApiError::new(ErrorCode::RecipientSuppressed, detail),
             OtpError::NotFound => ApiError::new(ErrorCode::NotFound, detail),
             OtpError::AlreadyVerified => ApiError::new(ErrorCode::OtpAlreadyVerified, detail),
             OtpError::Expired | OtpError::NotDelivered => ApiError::new(ErrorCode::OtpExpired, detail),

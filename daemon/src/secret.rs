@@ -19,6 +19,11 @@ impl std::fmt::Debug for ServerSecret {
     }
 }
 
+/// Lower-case hex of `bytes` (the stored form of keys and MACs).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl ServerSecret {
     pub fn new(secret: Secret) -> Self {
         Self(secret)

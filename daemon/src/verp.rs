@@ -13,7 +13,7 @@
 use herald_common::ids::{NotificationId, OtpId, TransactionId};
 use subtle::ConstantTimeEq;
 
-use crate::secret::ServerSecret;
+use crate::secret::{ServerSecret, hex};
 
 /// What every return path's local part starts with.
 pub const LOCAL_PREFIX: &str = "bounces+";
@@ -90,10 +90,6 @@ fn mac(secret: &ServerSecret, kind: &str, body: &str) -> [u8; MAC_BYTES] {
     let mut truncated = [0u8; MAC_BYTES];
     truncated.copy_from_slice(&full[..MAC_BYTES]);
     truncated
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -41,7 +41,8 @@ pub fn inbox_item(record: InboxRecord) -> InboxItem {
 /// can be retryable.
 pub fn activity_item(row: ActivityRow) -> ActivityItem {
     let retried = ActivityStatus::RETRIED.contains(&row.status);
-    let failed = retried || row.status == ActivityStatus::Complained;
+    // Complained and suppressed are final without a retry; their reason is still worth reading.
+    let failed = retried || matches!(row.status, ActivityStatus::Complained | ActivityStatus::Suppressed);
     ActivityItem {
         transaction_id: row.transaction_id,
         application_id: row.application_id,
@@ -53,6 +54,7 @@ pub fn activity_item(row: ActivityRow) -> ActivityItem {
         created_at: Timestamp::from_millis(row.created_at),
         retryable: row.retryable && retried,
         retry_count: count(row.retry_count),
+        category: row.category,
     }
 }
 

@@ -50,6 +50,8 @@ pub(crate) fn notification(
         html_body: None,
         data: (channel == Channel::InApp).then(|| r#"{"k":1}"#.to_owned()),
         template_id: None,
+        category: None,
+        recipient_key: format!("key-{recipient}"),
         created_at: herald_daemon::store::now_millis(),
     }
 }

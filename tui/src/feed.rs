@@ -290,6 +290,7 @@ pub(crate) mod tests {
             created_at: Timestamp::from_millis(created_ms),
             retryable: status == ActivityStatus::Failed,
             retry_count: 0,
+            category: None,
         }
     }
 

@@ -40,7 +40,7 @@ pub fn status_color(status: ActivityStatus) -> Color {
         | ActivityStatus::Undelivered
         | ActivityStatus::Bounced
         | ActivityStatus::Complained => Color::Red,
-        ActivityStatus::Expired => Color::DarkGray,
+        ActivityStatus::Expired | ActivityStatus::Suppressed => Color::DarkGray,
     }
 }
 

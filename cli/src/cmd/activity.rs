@@ -170,6 +170,7 @@ fn query(filters: &Filters, status: Option<ActivityStatus>, page: u32, limit: u3
         application_id: filters.application.clone(),
         from: filters.from,
         to: filters.to,
+        category: None,
         page: Some(page),
         limit: Some(limit),
     }

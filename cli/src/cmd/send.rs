@@ -44,6 +44,11 @@ pub struct Args {
     /// Sender address (email), on one of the tenant's verified domains.
     #[arg(long)]
     from: Option<String>,
+    /// What kind of message this is (marketing, digest.weekly, …): recipients can unsubscribe
+    /// from a category, and email of one carries a one-click unsubscribe link. Without it the
+    /// notification is transactional.
+    #[arg(long)]
+    category: Option<String>,
     /// Sending again with the same key sends nothing. With --file: the prefix of each row's key
     /// (by default the keys derive from the file's content and each row).
     #[arg(long)]
@@ -79,6 +84,7 @@ impl Args {
             template_data,
             data: if self.data.is_empty() { None } else { Some(object(&self.data)?) },
             from: self.from.clone(),
+            category: self.category.clone(),
         })
     }
 

@@ -39,6 +39,8 @@ wire_enum! {
         Expired = "expired",
         /// OTP: five wrong codes; blocked for good.
         Tombstoned = "tombstoned",
+        /// Notification: not sent, the recipient is on the suppression list.
+        Suppressed = "suppressed",
     }
 }
 
@@ -66,6 +68,7 @@ impl From<DeliveryStatus> for ActivityStatus {
             DeliveryStatus::Bounced => ActivityStatus::Bounced,
             DeliveryStatus::Complained => ActivityStatus::Complained,
             DeliveryStatus::Failed => ActivityStatus::Failed,
+            DeliveryStatus::Suppressed => ActivityStatus::Suppressed,
         }
     }
 }
@@ -99,7 +102,7 @@ pub struct ActivityItem {
     pub channel: Channel,
     pub recipient_masked: String,
     /// Notifications: `queued`, `sending`, `sent`, `delivered`, `read`, `undelivered`,
-    /// `bounced`, `complained`, `failed`. OTP: `sent`, `verified`, `expired`, `tombstoned`,
+    /// `bounced`, `complained`, `failed`, `suppressed`. OTP: `sent`, `verified`, `expired`, `tombstoned`,
     /// `failed`.
     pub status: ActivityStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,6 +110,9 @@ pub struct ActivityItem {
     pub created_at: Timestamp,
     pub retryable: bool,
     pub retry_count: u32,
+    /// The notification's category (CONTRACT §9); absent for transactional ones and OTPs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
 }
 
 /// Spec §2.9.

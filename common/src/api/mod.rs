@@ -8,6 +8,7 @@ pub mod health;
 pub mod inbox;
 pub mod notifications;
 pub mod otp;
+pub mod suppressions;
 pub mod templates;
 pub mod users;
 pub mod whoami;

@@ -41,6 +41,9 @@ wire_enum! {
         Complained = "complained",
         /// Given up: `failure_reason` says why.
         Failed = "failed",
+        /// Not sent: the recipient is on the suppression list (`failure_reason` names the
+        /// reason and its date).
+        Suppressed = "suppressed",
     }
 }
 
@@ -52,7 +55,10 @@ impl DeliveryStatus {
     /// a receipt for a notification in one of them is kept in its history only.
     pub const fn receipt_rank(self) -> u8 {
         match self {
-            DeliveryStatus::Queued | DeliveryStatus::Sending | DeliveryStatus::Failed => 0,
+            DeliveryStatus::Queued
+            | DeliveryStatus::Sending
+            | DeliveryStatus::Failed
+            | DeliveryStatus::Suppressed => 0,
             DeliveryStatus::Sent => 1,
             DeliveryStatus::Undelivered | DeliveryStatus::Bounced => 2,
             DeliveryStatus::Delivered => 3,
@@ -105,6 +111,8 @@ wire_enum! {
         TransientFailure = "transient_failure",
         /// Failed in a way retrying would not fix (a rejected recipient, an invalid number).
         PermanentFailure = "permanent_failure",
+        /// Not tried: the recipient is on the suppression list (`error` says why).
+        Suppressed = "suppressed",
     }
 }
 
@@ -155,6 +163,12 @@ pub struct NotificationIn {
     /// Sender address (email), on one of the tenant's verified domains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    /// What kind of message this is (`[a-z0-9_.-]{1,64}`, e.g. `marketing`, `digest.weekly`):
+    /// a recipient can unsubscribe from a category. None (in_app: `data.category` when this is
+    /// absent) means transactional: no unsubscribe link (CONTRACT §9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
+    pub category: Option<String>,
 }
 
 impl NotificationIn {
@@ -171,6 +185,7 @@ impl NotificationIn {
             template_data: None,
             data: None,
             from: None,
+            category: None,
         }
     }
 }

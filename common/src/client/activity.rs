@@ -36,6 +36,9 @@ pub struct ActivityQuery {
     /// Created before.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub to: Option<Timestamp>,
+    /// Notifications of one category.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
     /// From 1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub page: Option<u32>,
@@ -56,6 +59,7 @@ impl ActivityQuery {
             application_id: filter.application_id.clone(),
             from: filter.from,
             to: filter.to,
+            category: None,
             page: Some(1),
             limit: Some(Self::MAX_LIMIT),
         }

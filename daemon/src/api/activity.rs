@@ -48,7 +48,8 @@ pub struct ActivityParams {
     /// `email`, `sms`, `whatsapp` or `in_app`.
     #[param(value_type = Option<Channel>)]
     channel: Option<String>,
-    /// One of queued, sending, sent, delivered, failed, verified, expired, tombstoned.
+    /// One of queued, sending, sent, delivered, read, undelivered, bounced, complained, failed,
+    /// suppressed, verified, expired, tombstoned.
     #[param(value_type = Option<ActivityStatus>)]
     status: Option<String>,
     #[param(value_type = Option<ApplicationId>)]
@@ -57,13 +58,15 @@ pub struct ActivityParams {
     from: Option<String>,
     /// Created before (ISO 8601).
     to: Option<String>,
+    /// Notifications of one category (`[a-z0-9_.-]{1,64}`).
+    category: Option<String>,
     /// From 1 (default 1).
     page: Option<String>,
     /// 1 to 100 (default 20).
     limit: Option<String>,
 }
 
-fn number(
+pub(super) fn number(
     field: &str,
     value: Option<&str>,
     default: u32,
@@ -135,6 +138,9 @@ async fn list_activity(
         errors.push(e);
         None
     });
+    if let Some(Err(message)) = params.category.as_deref().map(crate::service::suppressions::check_category) {
+        errors.push(FieldError::new("category", message));
+    }
     if !errors.is_empty() {
         return Err(ApiError::validation(errors));
     }
@@ -145,6 +151,7 @@ async fn list_activity(
         application_id,
         from,
         to,
+        category: params.category,
     };
     let offset = i64::from(page - 1) * i64::from(limit);
     let (rows, total_count) =
@@ -270,6 +277,7 @@ async fn retry_matching(
         application_id: filter.application_id,
         from: filter.from.map(Timestamp::millis),
         to: filter.to.map(Timestamp::millis),
+        category: None,
     };
     let count = state.store.retry_matching(filter, now, BULK_RETRY_MAX).await?;
     if count > 0 {

@@ -14,6 +14,7 @@ mod inbox;
 mod notifications;
 mod otp;
 mod receipts;
+mod suppressions;
 mod templates;
 mod users;
 
@@ -103,6 +104,7 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
         .merge(inbox::router())
         .merge(templates::router())
         .merge(domains::router())
+        .merge(suppressions::router())
         .merge(receipts::router());
     if dev { router.merge(dev::router()) } else { router }
 }

@@ -56,6 +56,8 @@ pub mod scopes {
         UsersToken => Some(Scope::UsersToken);
         ActivityRead => Some(Scope::ActivityRead);
         ActivityRetry => Some(Scope::ActivityRetry);
+        SuppressionsRead => Some(Scope::SuppressionsRead);
+        SuppressionsWrite => Some(Scope::SuppressionsWrite);
     }
 }
 

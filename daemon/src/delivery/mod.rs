@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     dkim::{self, DkimSigner},
     providers::{OutgoingMessage, SendError},
+    service::suppressions::Suppressed,
     state::AppState,
     store::{AttemptResult, AttemptSpan, ClaimedDelivery, now_millis},
 };
@@ -175,17 +176,31 @@ pub async fn signer_for(
 #[tracing::instrument(skip_all, fields(notification_id = %job.id, channel = %job.channel, attempt = job.attempt_count))]
 async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphorePermit) {
     let started_at = now_millis();
-    let outcome = match signer(&state, &job).await {
-        Ok(signer) => state.providers.send(&message(&job), signer.as_deref()).await,
-        Err(e) => Err(e),
+    let mut unreachable = None;
+    let outcome = match suppressed(&state, &job).await {
+        Ok(Some(suppressed)) => Err(Stopped::Suppressed(suppressed)),
+        Ok(None) => match signer(&state, &job).await {
+            Ok(signer) => {
+                state.providers.send(&message(&job), signer.as_deref()).await.map_err(Stopped::Failed)
+            }
+            Err(e) => Err(Stopped::Failed(e)),
+        },
+        Err(e) => Err(Stopped::Failed(e)),
     };
     let span = AttemptSpan { started_at, finished_at: now_millis() };
     let result = match outcome {
         Ok(sent) => AttemptResult::Sent { provider_message_id: sent.provider_message_id },
-        Err(SendError::Permanent { reason }) => {
+        Err(Stopped::Suppressed(suppressed)) => {
+            AttemptResult::Suppressed { reason: suppressed.failure_reason() }
+        }
+        Err(Stopped::Failed(SendError::Permanent { reason })) => {
             AttemptResult::Failed { error: reason, retryable: false, transient: false }
         }
-        Err(SendError::Transient { reason, retry_after }) => {
+        Err(Stopped::Failed(SendError::Unreachable { reason, suppress })) => {
+            unreachable = Some(suppress);
+            AttemptResult::Failed { error: reason, retryable: false, transient: false }
+        }
+        Err(Stopped::Failed(SendError::Transient { reason, retry_after })) => {
             let attempt = u32::try_from(job.cycle_attempt).unwrap_or(u32::MAX);
             let jitter = rand::rng().random::<f64>();
             match state.retry_policy.next_delay(attempt, retry_after, jitter) {
@@ -203,6 +218,7 @@ async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphoreP
         AttemptResult::Retry { .. } => "retry",
         AttemptResult::Failed { retryable: true, .. } => "failed_retryable",
         AttemptResult::Failed { .. } => "failed",
+        AttemptResult::Suppressed { .. } => "suppressed",
     };
     metrics::counter!("herald_delivery_attempts_total", "channel" => job.channel.as_str(), "outcome" => label)
         .increment(1);
@@ -218,6 +234,9 @@ async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphoreP
         AttemptResult::Failed { error, .. } => {
             tracing::warn!(recipient = %job.recipient_masked, %error, "delivery failed")
         }
+        AttemptResult::Suppressed { reason } => {
+            tracing::info!(recipient = %job.recipient_masked, %reason, "not sent: the recipient is suppressed")
+        }
     }
     let retry = matches!(result, AttemptResult::Retry { .. });
     match state.store.record_attempt(&job.id, job.attempt_count, span, result).await {
@@ -232,6 +251,38 @@ async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphoreP
     if retry {
         // The claim loop may be sleeping past this job's next attempt.
         state.delivery_wake.notify_one();
+    }
+    if let Some(reason) = unreachable {
+        // After the outcome: the failure is recorded whether or not the entry can be.
+        if let Err(e) = crate::service::suppressions::suppress_recipient_of(&state, &job.id, reason).await {
+            tracing::error!(error = %e, %reason, "cannot add the recipient to the suppression list");
+        }
+    }
+}
+
+/// Why a claimed job was not handed over.
+enum Stopped {
+    /// The recipient is on the suppression list: no provider call.
+    Suppressed(Suppressed),
+    Failed(SendError),
+}
+
+/// The entry that stops `job`, if one does. The claim matched it already; a notification
+/// accepted before the list existed has no key stored, and is looked up here.
+async fn suppressed(state: &AppState, job: &ClaimedDelivery) -> Result<Option<Suppressed>, SendError> {
+    if job.recipient_key.is_some() {
+        return Ok(job
+            .suppressed_reason
+            .zip(job.suppressed_since)
+            .map(|(reason, since)| Suppressed { reason, since }));
+    }
+    let key = crate::service::suppressions::recipient_key(&state.secret, job.channel, &job.recipient);
+    match state.store.suppression_for(&job.tenant_id, job.channel, &key, job.category.as_deref()).await {
+        Ok(found) => Ok(found.map(|s| Suppressed { reason: s.reason, since: s.created_at })),
+        Err(e) => Err(SendError::Transient {
+            reason: format!("cannot read the suppression list: {e}"),
+            retry_after: None,
+        }),
     }
 }
 

@@ -78,7 +78,7 @@ impl AsyncTokioStream for TlsSocket {
     }
 }
 
-use herald_common::ids::TransactionId;
+use herald_common::{api::suppressions::SuppressionReason, ids::TransactionId};
 
 use super::{OutgoingMessage, SendError, Sent};
 use crate::{config::Config, dkim::DkimSigner, secret::ServerSecret, verp};
@@ -101,6 +101,18 @@ enum TlsMode {
     Required(TlsParameters),
     /// TLS from the first byte (SMTPS).
     Wrapper(TlsParameters),
+}
+
+/// Whether a permanent SMTP reply says the address does not exist (a hard bounce, CONTRACT §9),
+/// rather than refusing this message or this sender: the mailbox replies of RFC 5321 (550
+/// unavailable, 551 not local, 553 name not allowed), or an enhanced status `5.1.x` (bad
+/// destination address, RFC 3463) whatever the code. An authentication or policy refusal (530,
+/// 535, 554 5.7.x) is the sender's problem and suppresses no one.
+fn is_hard_bounce(code: Option<lettre::transport::smtp::response::Code>, text: &str) -> bool {
+    let mailbox = code.is_some_and(|c| matches!(c.to_string().as_str(), "550" | "551" | "553"));
+    let policy = text.split_whitespace().any(|w| w.starts_with("5.7."));
+    let bad_address = text.split_whitespace().any(|w| w.starts_with("5.1.") && w.len() > 4);
+    bad_address || (mailbox && !policy)
 }
 
 /// Why an SMTP send failed: an SMTP reply (classified by its code) or the connection.
@@ -391,7 +403,12 @@ impl EmailSender {
             Transport::Smtp(pool) => match pool.send(&envelope, &bytes).await {
                 Ok(()) => Ok(Sent { provider_message_id: Some(message_id) }),
                 Err(SmtpFailure::Reply(e)) if e.is_permanent() => {
-                    Err(SendError::Permanent { reason: format!("SMTP {e}") })
+                    let reason = format!("SMTP {e}");
+                    Err(if is_hard_bounce(e.status(), &reason) {
+                        SendError::Unreachable { reason, suppress: SuppressionReason::HardBounce }
+                    } else {
+                        SendError::Permanent { reason }
+                    })
                 }
                 Err(SmtpFailure::Reply(e)) => {
                     Err(SendError::Transient { reason: format!("SMTP {e}"), retry_after: None })

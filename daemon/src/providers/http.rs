@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use herald_common::api::suppressions::SuppressionReason;
 use reqwest::{StatusCode, header::RETRY_AFTER};
 use serde::Deserialize;
 use serde_json::json;
@@ -57,6 +58,9 @@ struct TwilioMessage {
     sid: Option<String>,
 }
 
+/// Twilio's "the recipient has unsubscribed" (texted STOP): every later send fails the same.
+pub const TWILIO_UNSUBSCRIBED: i64 = 21610;
+
 #[derive(Deserialize)]
 struct TwilioError {
     code: Option<i64>,
@@ -86,12 +90,17 @@ impl Twilio {
             let sid = serde_json::from_str::<TwilioMessage>(&text).ok().and_then(|m| m.sid);
             return Ok(Sent { provider_message_id: sid });
         }
-        let reason = match serde_json::from_str::<TwilioError>(&text) {
-            Ok(TwilioError { code: Some(code), message }) => {
+        let error = serde_json::from_str::<TwilioError>(&text).ok();
+        let code = error.as_ref().and_then(|e| e.code);
+        let reason = match error {
+            Some(TwilioError { code: Some(code), message }) => {
                 format!("Twilio error {code}: {} (HTTP {})", message.unwrap_or_default(), status.as_u16())
             }
             _ => format!("Twilio answered HTTP {}: {}", status.as_u16(), truncate(&text)),
         };
+        if code == Some(TWILIO_UNSUBSCRIBED) {
+            return Err(SendError::Unreachable { reason, suppress: SuppressionReason::CarrierOptOut });
+        }
         Err(classify(status, reason, wait))
     }
 }

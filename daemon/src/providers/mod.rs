@@ -8,7 +8,7 @@ mod http;
 
 use std::time::Duration;
 
-use herald_common::api::notifications::Channel;
+use herald_common::api::{notifications::Channel, suppressions::SuppressionReason};
 
 use self::email::EmailSender;
 use crate::{
@@ -44,13 +44,19 @@ pub enum SendError {
     Transient { reason: String, retry_after: Option<Duration> },
     /// Retrying would not help: a 5xx SMTP reply for the recipient, an invalid number.
     Permanent { reason: String },
+    /// Retrying would not help, and neither would any later send: the address does not exist
+    /// (a mailbox-related 5xx SMTP reply) or the recipient opted out at the carrier (Twilio
+    /// 21610). The recipient joins the suppression list for `suppress` (CONTRACT §9).
+    Unreachable { reason: String, suppress: SuppressionReason },
 }
 
 impl SendError {
     /// The failure's text.
     pub fn reason(&self) -> &str {
         match self {
-            SendError::Transient { reason, .. } | SendError::Permanent { reason } => reason,
+            SendError::Transient { reason, .. }
+            | SendError::Permanent { reason }
+            | SendError::Unreachable { reason, .. } => reason,
         }
     }
 
@@ -70,6 +76,9 @@ impl SendError {
                 SendError::Transient { reason: scrub(reason), retry_after }
             }
             SendError::Permanent { reason } => SendError::Permanent { reason: scrub(reason) },
+            SendError::Unreachable { reason, suppress } => {
+                SendError::Unreachable { reason: scrub(reason), suppress }
+            }
         }
     }
 }

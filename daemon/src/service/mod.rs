@@ -1,7 +1,7 @@
 //! Domain logic shared by the API handlers and the background tasks.
 //!
 //! Each area answers with its own error ([`notifications::DispatchError`], [`otp::OtpError`],
-//! [`domains::DomainError`], [`idempotent_replay::ReplayError`], [`receipts::ReceiptError`], and [`InvalidFields`] for bad
+//! [`domains::DomainError`], [`idempotent_replay::ReplayError`], [`receipts::ReceiptError`], [`suppressions::SuppressionError`], and [`InvalidFields`] for bad
 //! input everywhere), saying what went wrong in the area's terms; none of them knows HTTP.
 //! `crate::error` is the one place they become problem responses.
 
@@ -10,6 +10,7 @@ pub mod idempotent_replay;
 pub mod notifications;
 pub mod otp;
 pub mod receipts;
+pub mod suppressions;
 pub mod templates;
 pub mod validate;
 

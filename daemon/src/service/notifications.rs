@@ -120,7 +120,13 @@ async fn prepare(
     if let Some(from) = &input.from {
         super::domains::check_sender(state, &key.tenant_id, from).await?;
     }
+    let category = input.category.clone().or_else(|| match (input.channel, input.data.as_ref()) {
+        (Channel::InApp, Some(data)) => data.get("category").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    });
     Ok(NewNotification {
+        recipient_key: super::suppressions::recipient_key(&state.secret, input.channel, &checked.recipient),
+        category,
         id: NotificationId::new(),
         tenant_id: key.tenant_id.clone(),
         application_id: key.application_id.clone(),
@@ -227,6 +233,9 @@ fn check(input: &NotificationIn, content: templates::Rendered) -> Result<Checked
             check("data", Err(only("in_app")));
         }
     }
+    if let Some(category) = &input.category {
+        check("category", super::suppressions::check_category(category).map_err(str::to_owned));
+    }
     if let Some(from) = &input.from {
         check(
             "from",
@@ -244,7 +253,8 @@ fn in_app_data(name: &str, value: &Value) -> Result<(), String> {
     match (name, value) {
         ("action_url" | "avatar_url", Value::String(url)) => validate::http_url(url).map_err(str::to_owned),
         ("action_url" | "avatar_url", _) => Err("must be an http:// or https:// URL".to_owned()),
-        ("category", Value::String(c)) => validate::single_line(c, 64),
+        // The notification's category when there is no top-level one (CONTRACT §9).
+        ("category", Value::String(c)) => super::suppressions::check_category(c).map_err(|m| m.to_owned()),
         ("category", _) => Err("must be a string".to_owned()),
         _ => Ok(()),
     }

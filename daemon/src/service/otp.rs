@@ -31,8 +31,8 @@ use super::{
 };
 use crate::{
     auth::{KeyPrincipal, MissingScope},
-    providers::OutgoingMessage,
-    secret::{ServerSecret, random_token},
+    providers::{OutgoingMessage, SendError},
+    secret::{ServerSecret, hex, random_token},
     state::AppState,
     store::{IdempotencyKey, Limit, NewOtp, OtpMessages, OtpSendStart, OtpSnapshot, OtpVerdict, StoreError},
 };
@@ -51,10 +51,6 @@ pub const DEFAULT_SMS_BODY: &str = "Your verification code is {code}. It expires
 /// The stored form of a code.
 pub fn code_hash(secret: &ServerSecret, salt: &str, code: &str) -> [u8; 32] {
     secret.mac("herald.otp.code.v1", &[salt.as_bytes(), code.as_bytes()])
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn generate_code(length: u32) -> String {
@@ -91,6 +87,9 @@ pub enum OtpError {
     /// be the first answer byte for byte.
     #[error("{}", .0.detail.as_deref().unwrap_or("delivery failed"))]
     DeliveryFailed(Box<Problem>),
+    /// The recipient is on the suppression list: nothing was sent or stored.
+    #[error("The recipient is on the suppression list ({}); nothing was sent.", .0.failure_reason())]
+    Suppressed(super::suppressions::Suppressed),
     #[error("No such OTP transaction.")]
     NotFound,
     #[error("This code was already verified.")]
@@ -178,6 +177,15 @@ pub async fn send(
     let now = state.clock.now_millis();
     if let Some(earlier) = idempotent_replay::earlier(&state.store, app, idempotency.as_ref(), now).await? {
         return Ok(OtpSent::Replayed(earlier));
+    }
+
+    // OTPs are transactional: only entries for every category stop them (CONTRACT §9), and
+    // before anything is stored, so a refused send leaves no transaction behind.
+    if let Some(suppressed) =
+        super::suppressions::stopping_otp(state, &key.tenant_id, input.channel, &checked.recipient).await?
+    {
+        metrics::counter!("herald_otp_total", "event" => "suppressed").increment(1);
+        return Err(OtpError::Suppressed(suppressed));
     }
 
     let code = input.code.clone().unwrap_or_else(|| generate_code(checked.length));
@@ -277,6 +285,12 @@ async fn deliver_code(state: AppState, pending: PendingCode) -> Result<OtpSent, 
         Err(e) => {
             let reason = e.reason().to_owned();
             state.store.fail_otp_send(&id, reason.clone(), state.clock.now_millis()).await?;
+            if let SendError::Unreachable { suppress, .. } = e {
+                super::suppressions::suppress_otp_recipient(
+                    &state, &tenant_id, &id, channel, &recipient, suppress,
+                )
+                .await?;
+            }
             tracing::warn!(transaction_id = %id, %channel, recipient = %masked, error = %reason, "OTP delivery failed");
             metrics::counter!("herald_otp_total", "event" => "failed").increment(1);
             let problem = Problem::new(

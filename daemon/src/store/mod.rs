@@ -27,6 +27,7 @@ mod notifications;
 mod otp;
 mod receipts;
 mod streams;
+mod suppressions;
 mod templates;
 pub(crate) mod writer;
 
@@ -53,6 +54,7 @@ pub use notifications::{
 pub use otp::{Limit, NewOtp, OTP_MAX_TTL_SECONDS, OtpMessages, OtpSendStart, OtpSnapshot, OtpVerdict};
 pub use receipts::{NewReceipt, ReceiptOutcome, ReceiptRecord};
 pub use streams::OpenStream;
+pub use suppressions::{NewSuppression, NotificationRecipient, SuppressionFilter, SuppressionRecord};
 pub use templates::TemplateRecord;
 pub use writer::runtime::CRASH_LOOP as WRITER_CRASH_LOOP;
 

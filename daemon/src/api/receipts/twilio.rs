@@ -65,6 +65,6 @@ async fn twilio_status(
         signature: headers.get("x-twilio-signature").and_then(|v| v.to_str().ok()),
         form: is_form.then_some(&body[..]),
     };
-    twilio::receive(&state.store, auth_token, callback, state.clock.now_millis()).await?;
+    twilio::receive(&state, auth_token, callback, state.clock.now_millis()).await?;
     Ok(StatusCode::NO_CONTENT)
 }

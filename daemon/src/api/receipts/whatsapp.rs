@@ -85,7 +85,7 @@ async fn take_whatsapp_webhook(
 ) -> ApiResult<StatusCode> {
     let signature = headers.get("x-hub-signature-256").and_then(|value| value.to_str().ok());
     let outcomes = whatsapp::take_webhook(
-        &state.store,
+        &state,
         state.config.whatsapp_app_secret.as_ref(),
         signature,
         &body,

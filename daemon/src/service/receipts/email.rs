@@ -18,7 +18,7 @@ use herald_common::{
 use mail_parser::{MessageParser, MimeHeaders};
 
 use super::{Counted, ReceiptError, Said, Target, count, record};
-use crate::{providers::replace_ignoring_ascii_case, store::Store};
+use crate::{providers::replace_ignoring_ascii_case, state::AppState};
 
 /// Per-recipient groups recorded from one report at most: a message Herald sends has one
 /// recipient, so more are noise, and must not cost a write each.
@@ -74,7 +74,7 @@ pub fn parse_report(raw: &[u8]) -> Result<Vec<Said>, NotAReport> {
 /// `malformed`; a report about an OTP email is counted as `unknown` (OTP transactions have no
 /// receipts). Fails only if the store does, for the mail server to try again later.
 pub async fn receive(
-    store: &Store,
+    state: &AppState,
     about: &TransactionId,
     raw: &[u8],
     received_at: i64,
@@ -94,7 +94,7 @@ pub async fn receive(
     let mut counted = Vec::with_capacity(said.len());
     for said in said {
         tracing::info!(notification = %id.as_str(), status = %said.status, provider_status = %said.provider_status, "email report");
-        counted.push(record(store, Target::Notification(id.clone()), said, received_at).await?);
+        counted.push(record(state, Target::Notification(id.clone()), said, received_at).await?);
     }
     Ok(counted)
 }

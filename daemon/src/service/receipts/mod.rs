@@ -11,11 +11,18 @@ pub mod twilio;
 pub mod whatsapp;
 
 use herald_common::{
-    api::notifications::{DeliveryStatus, ReceiptProvider},
+    api::{
+        notifications::{DeliveryStatus, ReceiptProvider},
+        suppressions::SuppressionReason,
+    },
     ids::NotificationId,
 };
 
-use crate::store::{NewReceipt, ReceiptOutcome, Store, StoreError};
+use super::suppressions;
+use crate::{
+    state::AppState,
+    store::{NewReceipt, ReceiptOutcome, StoreError},
+};
 
 /// Why a receipt was refused. None of these changes anything.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +60,27 @@ pub struct Said {
     /// Whether the item may be retried if this receipt sets its status.
     pub retryable: bool,
 }
+
+impl Said {
+    /// The suppression this receipt calls for (CONTRACT §9): a permanent bounce (DSN `5.x.x`,
+    /// or no readable status class) is a hard bounce, a complaint a complaint, and Twilio's
+    /// 21610 a carrier opt-out.
+    pub fn suppression(&self) -> Option<SuppressionReason> {
+        match (self.provider, self.status) {
+            (_, DeliveryStatus::Complained) => Some(SuppressionReason::Complaint),
+            (ReceiptProvider::Email, DeliveryStatus::Bounced) if !self.retryable => {
+                Some(SuppressionReason::HardBounce)
+            }
+            (ReceiptProvider::Twilio, _) if self.error_code.as_deref() == Some(TWILIO_UNSUBSCRIBED) => {
+                Some(SuppressionReason::CarrierOptOut)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Twilio's error code for a recipient who texted STOP.
+const TWILIO_UNSUBSCRIBED: &str = "21610";
 
 /// How a receipt ended, for the metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,12 +127,14 @@ pub fn refused(provider: ReceiptProvider, error: ReceiptError) -> ReceiptError {
 /// and its status moved if the receipt outranks it. A message Herald does not know is
 /// [`Counted::Unknown`] and writes nothing.
 pub async fn record(
-    store: &Store,
+    state: &AppState,
     target: Target,
     said: Said,
     received_at: i64,
 ) -> Result<Counted, ReceiptError> {
+    let store = &state.store;
     let provider = said.provider;
+    let suppress = said.suppression();
     let notification_id = match target {
         Target::Notification(id) => Some(id),
         Target::ProviderMessage(message) => store.notification_of_provider_message(&message).await?,
@@ -114,7 +144,7 @@ pub async fn record(
         return Ok(Counted::Unknown);
     };
     let receipt = NewReceipt {
-        notification_id,
+        notification_id: notification_id.clone(),
         provider,
         provider_status: said.provider_status,
         status: said.status,
@@ -129,6 +159,9 @@ pub async fn record(
         ReceiptOutcome::Unknown => Counted::Unknown,
     };
     count(provider, counted);
+    if let (Some(reason), Counted::Changed | Counted::Recorded) = (suppress, counted) {
+        suppressions::suppress_recipient_of(state, &notification_id, reason).await?;
+    }
     Ok(counted)
 }
 

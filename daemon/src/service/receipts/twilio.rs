@@ -11,7 +11,7 @@ use herald_common::api::notifications::{DeliveryStatus, ReceiptProvider};
 use serde::Deserialize;
 
 use super::{Counted, ReceiptError, Said, Target, record, refused, same_signature};
-use crate::{config::Secret, store::Store};
+use crate::{config::Secret, state::AppState};
 
 const PROVIDER: ReceiptProvider = ReceiptProvider::Twilio;
 
@@ -46,7 +46,7 @@ pub struct Callback<'a> {
 /// otherwise recorded against the message it names, which writes nothing for a message Herald
 /// does not know. `auth_token` is `None` when SMS is not sent through Twilio.
 pub async fn receive(
-    store: &Store,
+    state: &AppState,
     auth_token: Option<&Secret>,
     callback: Callback<'_>,
     received_at: i64,
@@ -57,7 +57,7 @@ pub async fn receive(
         tracing::debug!(url = callback.url, error = %e, "Twilio status callback refused");
         refused(PROVIDER, e)
     })?;
-    record(store, Target::ProviderMessage(message_sid), said, received_at).await
+    record(state, Target::ProviderMessage(message_sid), said, received_at).await
 }
 
 /// The message and what Twilio said about it, once the signature holds.

@@ -11,7 +11,7 @@ use herald_common::api::notifications::{DeliveryStatus, ReceiptProvider};
 use serde::Deserialize;
 
 use super::{Counted, ReceiptError, Said, Target, record, refused, same_signature};
-use crate::{config::Secret, store::Store};
+use crate::{config::Secret, state::AppState};
 
 const PROVIDER: ReceiptProvider = ReceiptProvider::Whatsapp;
 
@@ -87,7 +87,7 @@ pub fn verify_subscription(
 /// If the store fails halfway, the statuses before are kept and Meta sends the whole payload
 /// again: their repeats are kept in the history too, and cannot move a status down.
 pub async fn take_webhook(
-    store: &Store,
+    state: &AppState,
     app_secret: Option<&Secret>,
     signature: Option<&str>,
     body: &[u8],
@@ -101,7 +101,7 @@ pub async fn take_webhook(
     for status in statuses {
         let received_at = status.time_ms().map_or(now_ms, |at| at.min(now_ms));
         let said = said_of(&status);
-        outcomes.push(record(store, Target::ProviderMessage(status.id), said, received_at).await?);
+        outcomes.push(record(state, Target::ProviderMessage(status.id), said, received_at).await?);
     }
     Ok(outcomes)
 }

@@ -24,12 +24,22 @@ pub struct ActivityFilter {
     pub application_id: Option<ApplicationId>,
     pub from: Option<i64>,
     pub to: Option<i64>,
+    /// Notifications of one category (OTPs have none).
+    pub category: Option<String>,
 }
 
 impl ActivityFilter {
     /// Everything of a tenant.
     pub fn tenant(tenant_id: TenantId) -> Self {
-        Self { tenant_id, channel: None, status: None, application_id: None, from: None, to: None }
+        Self {
+            tenant_id,
+            channel: None,
+            status: None,
+            application_id: None,
+            from: None,
+            to: None,
+            category: None,
+        }
     }
 }
 
@@ -47,6 +57,7 @@ pub struct ActivityRow {
     pub created_at: i64,
     pub updated_at: i64,
     pub failed_attempts: i64,
+    pub category: Option<String>,
 }
 
 crate::store::local::local_row!(ActivityRow {
@@ -61,7 +72,8 @@ crate::store::local::local_row!(ActivityRow {
     retry_count,
     created_at,
     updated_at,
-    failed_attempts
+    failed_attempts,
+    category
 });
 
 #[derive(Debug, PartialEq, Eq)]
@@ -97,19 +109,19 @@ impl Sql {
 /// A feed row as selected from the merged halves (alias `x`) joined with the application (`a`).
 const FEED_ROW: &str = "x.transaction_id, x.application_id, a.name AS application_name, x.channel, \
      x.recipient_masked, x.status, x.failure_reason, x.retryable, x.retry_count, x.created_at, x.updated_at, \
-     x.failed_attempts";
+     x.failed_attempts, x.category";
 
 /// A notification as a feed row (alias `n`).
 const NOTIFICATION_COLUMNS: &str = "n.id AS transaction_id, n.application_id, n.channel, n.recipient_masked, \
      n.status AS status, n.failure_reason, n.retryable, n.retry_count, n.created_at, n.updated_at, \
-     CAST(0 AS BIGINT) AS failed_attempts";
+     CAST(0 AS BIGINT) AS failed_attempts, n.category";
 
 /// An OTP transaction as a feed row (alias `o`), its status as of `now`.
 fn otp_columns(now: &str) -> String {
     format!(
         "o.id AS transaction_id, o.application_id, o.channel, o.recipient_masked, {} AS status, \
          o.failure_reason, FALSE AS retryable, CAST(0 AS BIGINT) AS retry_count, o.created_at, o.updated_at, \
-         o.failed_attempts",
+         o.failed_attempts, CAST(NULL AS TEXT) AS category",
         otp_status(now)
     )
 }
@@ -165,8 +177,14 @@ fn conditions(filter: &ActivityFilter, sql: &mut Sql, now: &str) -> (String, Str
             | ActivityStatus::Read
             | ActivityStatus::Undelivered
             | ActivityStatus::Bounced
-            | ActivityStatus::Complained => o.push_str(" AND 1 = 0"),
+            | ActivityStatus::Complained
+            | ActivityStatus::Suppressed => o.push_str(" AND 1 = 0"),
         }
+    }
+    if let Some(category) = &filter.category {
+        let p = sql.text(category);
+        n.push_str(&format!(" AND n.category = {p}"));
+        o.push_str(" AND 1 = 0");
     }
     (n, o)
 }
@@ -222,6 +240,40 @@ macro_rules! dynamic {
 // After the macros, which it uses.
 mod counts;
 
+/// A page of one category's notifications: the counters do not keep categories, so the count
+/// is exact over the rows (`notifications_by_category`) and the page an offset into them.
+async fn list_category(
+    conn: &mut Conn<'_>,
+    filter: &ActivityFilter,
+    now: i64,
+    limit: i64,
+    offset: i64,
+) -> StoreResult<(Vec<ActivityRow>, u64)> {
+    let mut count = Sql::default();
+    let now_p = count.int(now);
+    let (n_where, _) = conditions(filter, &mut count, &now_p);
+    let total = dynamic!(
+        &mut *conn,
+        fetch_one,
+        query_scalar::<i64>,
+        format!("SELECT COUNT(*) FROM notifications n WHERE {n_where}"),
+        count.args
+    )?;
+    let mut page = Sql::default();
+    let now_p = page.int(now);
+    let (n_where, _) = conditions(filter, &mut page, &now_p);
+    let (limit_p, offset_p) = (page.int(limit), page.int(offset));
+    let text = format!(
+        "SELECT {FEED_ROW}
+         FROM (SELECT {NOTIFICATION_COLUMNS} FROM notifications n WHERE {n_where}
+               ORDER BY n.created_at DESC, n.id DESC LIMIT {limit_p} OFFSET {offset_p}) x
+         JOIN applications a ON a.id = x.application_id
+         ORDER BY x.created_at DESC, x.transaction_id DESC"
+    );
+    let rows = dynamic!(&mut *conn, fetch_all, query_as::<ActivityRow>, text, page.args)?;
+    Ok((rows, u64::try_from(total).unwrap_or(0)))
+}
+
 /// Moves PostgreSQL's counter changes into the hourly and daily counters, in one statement: the
 /// deltas it deletes are exactly the ones it adds (changes committed meanwhile stay for the next
 /// fold).
@@ -257,6 +309,9 @@ impl Store {
         let mut read = self.read().await?;
         let mut snapshot = read.snapshot().await?;
         let mut conn = snapshot.conn();
+        if filter.category.is_some() {
+            return list_category(&mut conn, filter, now, limit, offset).await;
+        }
         let buckets = counts::buckets(&mut conn, filter, now).await?;
         let total = u64::try_from(buckets.iter().map(|b| b.n).sum::<i64>()).unwrap_or(0);
         let Some((lower, upper, skip)) = counts::page_span(&mut conn, filter, buckets, offset, limit).await?

@@ -45,6 +45,8 @@ pub(super) fn insert_notifications_local(
                 attempts,
                 &n.created_at,
                 &n.created_at,
+                &n.category,
+                &n.recipient_key,
             ]
         },
         ignore,
@@ -125,8 +127,8 @@ pub(super) fn insert_notifications_local(
 const NOTIFICATION_ROWS: (&str, &str, &str) = (
     "INSERT INTO notifications
          (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
-          html_body, data, template_id, status, attempt_count, created_at, updated_at)",
-    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+          html_body, data, template_id, status, attempt_count, created_at, updated_at, category, recipient_key)",
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     "",
 );
 const DELIVERY_ROWS: (&str, &str, &str) =
@@ -266,6 +268,8 @@ mod tests {
             html_body: None,
             data: None,
             template_id: None,
+            category: None,
+            recipient_key: format!("key-{n}"),
             created_at: 1_000 + n as i64,
         }
     }

@@ -37,6 +37,10 @@ pub struct NewNotification {
     /// JSON text.
     pub data: Option<String>,
     pub template_id: Option<TemplateId>,
+    /// `None`: transactional (CONTRACT §9).
+    pub category: Option<String>,
+    /// The recipient's key on the suppression list (`service::suppressions::recipient_key`).
+    pub recipient_key: String,
     pub created_at: i64,
 }
 
@@ -67,6 +71,13 @@ pub struct ClaimedDelivery {
     pub attempt_count: i64,
     /// Attempts in the current cycle (since acceptance or the last manual retry).
     pub cycle_attempt: i64,
+    pub category: Option<String>,
+    /// The recipient's key on the suppression list (`None` for notifications accepted before
+    /// the list existed: the worker computes it).
+    pub recipient_key: Option<String>,
+    /// The suppression that stops this send, if one does: its reason and since when.
+    pub suppressed_reason: Option<herald_common::api::suppressions::SuppressionReason>,
+    pub suppressed_since: Option<i64>,
 }
 
 super::local::local_row!(ClaimedDelivery {
@@ -81,7 +92,11 @@ super::local::local_row!(ClaimedDelivery {
     body,
     html_body,
     attempt_count,
-    cycle_attempt
+    cycle_attempt,
+    category,
+    recipient_key,
+    suppressed_reason,
+    suppressed_since
 });
 
 /// When one attempt ran, as the worker saw it: `finished_at` is when the provider answered (a
@@ -108,6 +123,10 @@ pub enum AttemptResult {
         error: String,
         retryable: bool,
         transient: bool,
+    },
+    /// Not tried: the recipient is on the suppression list (`reason` says which entry).
+    Suppressed {
+        reason: String,
     },
 }
 
@@ -159,6 +178,41 @@ super::local::local_row!(AttemptRecord {
     error
 });
 
+/// The suppression that stops the claimed notification `$n` (its reason and since when; NULL if
+/// none does), as two columns of the claim's result: an entry for the recipient on the channel,
+/// for every category or the notification's own (CONTRACT §9). Matched by the unique index's
+/// prefix, so the check is a lookup, not a scan, however long the list.
+macro_rules! suppressed_by {
+    ($n:literal) => {
+        concat!(
+            "(SELECT s.reason FROM suppressions s
+              WHERE s.tenant_id = ",
+            $n,
+            ".tenant_id AND s.recipient_key = ",
+            $n,
+            ".recipient_key
+                AND s.channel = ",
+            $n,
+            ".channel AND (s.category = '' OR s.category = ",
+            $n,
+            ".category)
+              ORDER BY s.created_at, s.id LIMIT 1) AS suppressed_reason,
+             (SELECT MIN(s.created_at) FROM suppressions s
+              WHERE s.tenant_id = ",
+            $n,
+            ".tenant_id AND s.recipient_key = ",
+            $n,
+            ".recipient_key
+                AND s.channel = ",
+            $n,
+            ".channel AND (s.category = '' OR s.category = ",
+            $n,
+            ".category))
+                 AS suppressed_since"
+        )
+    };
+}
+
 /// SQLite: lease due jobs (the single writer serialises claims), then mark their notifications
 /// `sending` and take the next attempt number as each lease's token. The writer runs these
 /// statements in place, so the round trips cost nothing.
@@ -169,33 +223,40 @@ const CLAIM_SQLITE: &str =
          ORDER BY next_attempt_at LIMIT $3)
      RETURNING notification_id, cycle_attempt";
 
-const CLAIM_SQLITE_JOB: &str =
+const CLAIM_SQLITE_JOB: &str = concat!(
     "UPDATE notifications SET status = 'sending', attempt_count = attempt_count + 1, updated_at = $2
      WHERE id = $1
      RETURNING id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, body,
-               html_body, attempt_count, $3 AS cycle_attempt;
+               html_body, attempt_count, $3 AS cycle_attempt, category, recipient_key, ",
+    suppressed_by!("notifications"),
+    ";
      UPDATE deliveries SET lease_token = (SELECT attempt_count FROM notifications WHERE id = $1)
-     WHERE notification_id = $1";
+     WHERE notification_id = $1"
+);
 
 /// PostgreSQL: the whole claim in one statement. Due jobs are locked with `SKIP LOCKED` (so
 /// daemons sharing the database never claim one job twice), their notifications marked
 /// `sending` with the next attempt number, and the leases taken with that number as token.
-const CLAIM_POSTGRES: &str = "WITH due AS (
+const CLAIM_POSTGRES: &str = concat!(
+    "WITH due AS (
          SELECT notification_id FROM deliveries WHERE state = 'pending' AND next_attempt_at <= $2
          ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED),
      n AS (
          UPDATE notifications SET status = 'sending', attempt_count = attempt_count + 1, updated_at = $2
          WHERE id IN (SELECT notification_id FROM due)
          RETURNING id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, body,
-                   html_body, attempt_count),
+                   html_body, attempt_count, category, recipient_key),
      d AS (
          UPDATE deliveries SET state = 'leased', locked_until = $1, cycle_attempt = cycle_attempt + 1,
                 lease_token = n.attempt_count
          FROM n WHERE deliveries.notification_id = n.id
          RETURNING deliveries.notification_id, deliveries.cycle_attempt)
      SELECT n.id, n.tenant_id, n.application_id, n.channel, n.recipient, n.recipient_masked, n.sender,
-            n.subject, n.body, n.html_body, n.attempt_count, d.cycle_attempt
-     FROM n JOIN d ON d.notification_id = n.id";
+            n.subject, n.body, n.html_body, n.attempt_count, d.cycle_attempt, n.category, n.recipient_key, ",
+    suppressed_by!("n"),
+    "
+     FROM n JOIN d ON d.notification_id = n.id"
+);
 
 impl Store {
     /// Inserts a notification with its delivery job (or, for in_app, its inbox item) and the

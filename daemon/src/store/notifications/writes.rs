@@ -148,6 +148,8 @@ async fn insert_notifications(
         .bind(notifications.iter().map(|n| n.created_at).collect::<Vec<i64>>())
         .bind(item_ids)
         .bind(text(&|n| Some(n.title.as_deref().or(n.subject.as_deref()).unwrap_or_default())))
+        .bind(text(&|n| n.category.as_deref()))
+        .bind(text(&|n| Some(n.recipient_key.as_str())))
         .bind(payloads)
         .execute(&mut *conn)
         .await?;
@@ -159,15 +161,15 @@ async fn insert_notifications(
 const INSERT_NOTIFICATIONS: &str = "WITH input AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
                               $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
-                              $15::int8[], $16::int8[], $17::text[], $18::text[])
+                              $15::int8[], $16::int8[], $17::text[], $18::text[], $19::text[], $20::text[])
              WITH ORDINALITY AS t(id, tenant_id, application_id, channel, recipient, recipient_masked, sender,
                                   subject, title, body, html_body, data, template_id, status, attempt_count,
-                                  created_at, item_id, item_title, ord)),
+                                  created_at, item_id, item_title, category, recipient_key, ord)),
      n AS (INSERT INTO notifications
              (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
-              html_body, data, template_id, status, attempt_count, created_at, updated_at)
+              html_body, data, template_id, status, attempt_count, created_at, updated_at, category, recipient_key)
          SELECT id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
-                html_body, data, template_id, status, attempt_count, created_at, created_at
+                html_body, data, template_id, status, attempt_count, created_at, created_at, category, recipient_key
          FROM input),
      q AS (INSERT INTO deliveries (notification_id, state, next_attempt_at)
          SELECT id, 'pending', created_at FROM input WHERE item_id IS NULL),
@@ -188,7 +190,7 @@ const INSERT_NOTIFICATIONS: &str = "WITH input AS (
          FROM inbox JOIN s ON s.application_id = inbox.application_id AND s.user_id = inbox.recipient),
      d AS (INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)
          SELECT id, 1, created_at, created_at, 'delivered', item_id FROM inbox)
-     SELECT count(pg_notify('herald_inbox', p)) FROM unnest($19::text[]) AS p";
+     SELECT count(pg_notify('herald_inbox', p)) FROM unnest($21::text[]) AS p";
 
 /// A delivery attempt's outcome for the writer.
 pub(crate) struct Attempt {
@@ -233,6 +235,7 @@ impl Attempt {
                 (AttemptOutcome::TransientFailure, None, Some(error))
             }
             AttemptResult::Failed { error, .. } => (AttemptOutcome::PermanentFailure, None, Some(error)),
+            AttemptResult::Suppressed { reason } => (AttemptOutcome::Suppressed, None, Some(reason)),
         }
     }
 
@@ -242,6 +245,7 @@ impl Attempt {
             AttemptResult::Sent { .. } => (DeliveryStatus::Sent, None),
             AttemptResult::Retry { next_attempt_at, .. } => (DeliveryStatus::Queued, Some(*next_attempt_at)),
             AttemptResult::Failed { .. } => (DeliveryStatus::Failed, None),
+            AttemptResult::Suppressed { .. } => (DeliveryStatus::Suppressed, None),
         }
     }
 }
