@@ -290,6 +290,43 @@ async fn bounces_and_complaints(backend: Backend) {
     report(port, &late_path, b"\x00\x01 not even a message").await;
     assert_eq!(operator.activity_item(&late).await.unwrap().receipts.len(), 1);
 
+    // The hard bounce and the complaint put their recipients on the tenant's suppression list
+    // (CONTRACT §9), each pointing at the notification that caused it; the transient bounce and
+    // the delay did not.
+    let tenant_id = d.state.store.recipient_of(&hard).await.unwrap().unwrap().tenant_id;
+    let filter = herald_daemon::store::SuppressionFilter {
+        tenant_id,
+        channel: None,
+        reason: None,
+        recipient_key: None,
+    };
+    let (entries, total) = d.state.store.list_suppressions(&filter, 100, 0).await.unwrap();
+    let mut found: Vec<(String, String, Option<String>, Option<String>)> = entries
+        .iter()
+        .map(|e| {
+            let cause = e.transaction_id.as_ref().map(|t| t.as_str().to_owned());
+            (e.reason.to_string(), e.recipient_masked.clone(), e.only_category().map(str::to_owned), cause)
+        })
+        .collect();
+    found.sort();
+    assert_eq!(total, 2, "{found:?}");
+    assert_eq!(
+        found,
+        [
+            ("complaint".to_owned(), "d*n@example.org".to_owned(), None, Some(spam.to_string())),
+            ("hard_bounce".to_owned(), "a*n@example.org".to_owned(), None, Some(hard.to_string())),
+        ]
+    );
+    // So the next message to either is not sent: suppressed, with the reason and its day.
+    for to in ["ANN@example.org", "dan@example.org"] {
+        let next = send(&key, to).await;
+        let detail = detail_when(&operator, &next, "suppressed").await;
+        let reason = detail.item.failure_reason.unwrap();
+        assert!(reason.starts_with("recipient suppressed: ") && reason.contains(" since 20"), "{reason}");
+        assert!(!detail.item.retryable);
+    }
+    assert_eq!(smtp.messages().len(), 5, "nothing more reached the relay");
+
     // Counted, whatever other tests count meanwhile.
     assert!(counted("changed").await >= changed + 3, "hard and soft bounces, the complaint");
     assert!(counted("recorded").await > recorded, "the delay");

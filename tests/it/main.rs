@@ -22,6 +22,7 @@ mod receipts_whatsapp;
 mod store;
 mod stream;
 mod supervision;
+mod suppressions;
 mod terminal;
 mod tui;
 mod unavailable;

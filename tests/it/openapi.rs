@@ -80,11 +80,25 @@ fn statuses_and_outcomes_are_enums_in_the_document() {
         values.iter().map(|v| v.as_str().unwrap().to_owned()).collect()
     };
     let receipts = ["read", "undelivered", "bounced", "complained"];
-    let delivery: Vec<&str> =
-        ["queued", "sending", "sent", "delivered"].into_iter().chain(receipts).chain(["failed"]).collect();
-    let activity: Vec<&str> = delivery.iter().copied().chain(["verified", "expired", "tombstoned"]).collect();
+    let delivery: Vec<&str> = ["queued", "sending", "sent", "delivered"]
+        .into_iter()
+        .chain(receipts)
+        .chain(["failed", "suppressed"])
+        .collect();
+    let activity: Vec<&str> = ["queued", "sending", "sent", "delivered"]
+        .into_iter()
+        .chain(receipts)
+        .chain(["failed", "verified", "expired", "tombstoned", "suppressed"])
+        .collect();
     assert_eq!(values("ActivityStatus"), activity);
-    assert_eq!(values("AttemptOutcome"), ["sent", "delivered", "transient_failure", "permanent_failure"]);
+    assert_eq!(
+        values("AttemptOutcome"),
+        ["sent", "delivered", "transient_failure", "permanent_failure", "suppressed"]
+    );
+    assert_eq!(
+        values("SuppressionReason"),
+        ["hard_bounce", "complaint", "unsubscribe", "carrier_opt_out", "manual"]
+    );
     assert_eq!(values("DeliveryStatus"), delivery);
     assert_eq!(values("ReceiptProvider"), ["twilio", "whatsapp", "email"]);
     assert_eq!(values("Channel"), ["email", "sms", "whatsapp", "in_app"]);

@@ -29,14 +29,7 @@ const PUBLIC_URL: &str = "https://herald.example.test/notify";
 async fn daemon(backend: Backend, twilio: &TwilioServer) -> TestDaemon {
     TestDaemon::start_with(
         backend,
-        vec![
-            ("HERALD_SMS_PROVIDER", "twilio".into()),
-            ("HERALD_TWILIO_BASE_URL", twilio.base_url()),
-            ("HERALD_TWILIO_ACCOUNT_SID", "AC123".into()),
-            ("HERALD_TWILIO_AUTH_TOKEN", AUTH_TOKEN.into()),
-            ("HERALD_SMS_FROM", "+15550000000".into()),
-            ("HERALD_PUBLIC_URL", PUBLIC_URL.into()),
-        ],
+        [twilio.daemon_env(), vec![("HERALD_PUBLIC_URL", PUBLIC_URL.into())]].concat(),
     )
     .await
 }
@@ -287,8 +280,9 @@ async fn twilio_status_callbacks(backend: Backend) {
         assert_eq!(d.state.store.receipts_of(id).await.unwrap().len(), before, "{id}");
     }
 
-    // Everything was counted.
-    for (outcome, at_least) in [("changed", 5.0), ("recorded", 2.0), ("unknown", 1.0), ("malformed", 2.0)] {
+    // Everything was counted (at least this test's own: delivered, undelivered, delivered after
+    // the retry, the landline; the counters are the process's, so other tests add to them).
+    for (outcome, at_least) in [("changed", 4.0), ("recorded", 2.0), ("unknown", 1.0), ("malformed", 2.0)] {
         let value = counted(&d, outcome).await;
         assert!(
             value >= at_least,

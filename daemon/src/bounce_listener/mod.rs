@@ -57,7 +57,7 @@ impl Intake for Receipts<'_> {
     async fn deliver(&self, to: &[TransactionId], message: &[u8]) -> bool {
         let received_at = self.state.clock.now_millis();
         for about in to {
-            if let Err(e) = receipts::email::receive(&self.state, about, message, received_at).await {
+            if let Err(e) = receipts::email::receive(self.state, about, message, received_at).await {
                 tracing::warn!(error = %e, "bounce listener: cannot record a report now; the mail server will retry");
                 return false;
             }

@@ -4,6 +4,7 @@
 //!
 //! - `+15005550001`: 400, code 21211 (invalid number), a permanent failure;
 //! - `+15005550009`: 503, code 20503, a transient one;
+//! - `+15005550021`: 400, code 21610 (the recipient texted STOP), a permanent one;
 //! - `+15005550429`: 429, code 20429, with `Retry-After: 1`.
 //!
 //! [`TwilioServer::fail_next`] makes any number fail transiently a set number of times, so a
@@ -39,6 +40,8 @@ use tokio::{
 pub const INVALID_NUMBER: &str = "+15005550001";
 pub const UNAVAILABLE_NUMBER: &str = "+15005550009";
 pub const RATE_LIMITED_NUMBER: &str = "+15005550429";
+/// Answered 400 with code 21610: the recipient texted STOP (Twilio refuses every later send).
+pub const UNSUBSCRIBED_NUMBER: &str = "+15005550021";
 
 const API_VERSION: &str = "2010-04-01";
 
@@ -92,6 +95,17 @@ impl TwilioServer {
             let _ = axum::serve(listener, app).await;
         });
         TwilioServer { addr, shared }
+    }
+
+    /// The daemon's settings to send SMS through this server, from `+15550000000`.
+    pub fn daemon_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("HERALD_SMS_PROVIDER", "twilio".into()),
+            ("HERALD_TWILIO_BASE_URL", self.base_url()),
+            ("HERALD_TWILIO_ACCOUNT_SID", self.shared.account_sid.clone()),
+            ("HERALD_TWILIO_AUTH_TOKEN", self.shared.auth_token.clone()),
+            ("HERALD_SMS_FROM", "+15550000000".into()),
+        ]
     }
 
     /// The API base, without a trailing slash (Twilio's is `https://api.twilio.com`).
@@ -170,6 +184,8 @@ async fn create_message(
         error(StatusCode::SERVICE_UNAVAILABLE, 20503, "Service unavailable")
     } else if to == INVALID_NUMBER {
         error(StatusCode::BAD_REQUEST, 21211, &format!("The 'To' number {to} is not a valid phone number."))
+    } else if to == UNSUBSCRIBED_NUMBER {
+        error(StatusCode::BAD_REQUEST, 21610, "Attempt to send to unsubscribed recipient")
     } else if to == UNAVAILABLE_NUMBER {
         error(StatusCode::SERVICE_UNAVAILABLE, 20503, "Service unavailable")
     } else if to == RATE_LIMITED_NUMBER {

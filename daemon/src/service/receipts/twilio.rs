@@ -11,6 +11,7 @@ use herald_common::api::notifications::{DeliveryStatus, ReceiptProvider};
 use serde::Deserialize;
 
 use super::{Counted, ReceiptError, Said, Target, record, refused, same_signature};
+use crate::service::suppressions;
 use crate::{config::Secret, state::AppState};
 
 const PROVIDER: ReceiptProvider = ReceiptProvider::Twilio;
@@ -62,6 +63,17 @@ pub async fn receive(
 
 /// The message and what Twilio said about it, once the signature holds.
 fn read(auth_token: Option<&Secret>, callback: Callback<'_>) -> Result<(String, Said), ReceiptError> {
+    let input: TwilioStatusIn = signed_form(auth_token, callback, "status callback")?;
+    let said = said(&input)?;
+    Ok((input.message_sid, said))
+}
+
+/// The form of a request Twilio signed, once the signature holds; `what` names it in errors.
+fn signed_form<T: serde::de::DeserializeOwned>(
+    auth_token: Option<&Secret>,
+    callback: Callback<'_>,
+    what: &str,
+) -> Result<T, ReceiptError> {
     let (Some(auth_token), Some(signature)) = (auth_token, callback.signature) else {
         return Err(ReceiptError::InvalidSignature);
     };
@@ -72,14 +84,80 @@ fn read(auth_token: Option<&Secret>, callback: Callback<'_>) -> Result<(String, 
         return Err(ReceiptError::InvalidSignature);
     }
     let Some(form) = callback.form else {
-        return Err(ReceiptError::Malformed(
-            "A status callback is a form (application/x-www-form-urlencoded).".to_owned(),
-        ));
+        return Err(ReceiptError::Malformed(format!(
+            "A Twilio {what} is a form (application/x-www-form-urlencoded)."
+        )));
     };
-    let input: TwilioStatusIn = serde_urlencoded::from_bytes(form)
-        .map_err(|e| ReceiptError::Malformed(format!("Not a Twilio status callback: {e}.")))?;
-    let said = said(&input)?;
-    Ok((input.message_sid, said))
+    serde_urlencoded::from_bytes(form)
+        .map_err(|e| ReceiptError::Malformed(format!("Not a Twilio {what}: {e}.")))
+}
+
+/// The fields of Twilio's incoming-message webhook Herald reads (the others are signed and
+/// ignored; the body is read only for the keywords below, and never kept or logged).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "PascalCase")]
+pub struct TwilioInboundIn {
+    /// The sender's number (E.164).
+    pub from: String,
+    /// The message's text.
+    #[serde(default)]
+    pub body: String,
+}
+
+/// What an incoming SMS asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inbound {
+    /// STOP and its synonyms: this many tenants' entries were added.
+    OptedOut(usize),
+    /// START or UNSTOP: this many entries were lifted.
+    OptedIn(usize),
+    /// Any other text: nothing to do.
+    Ignored,
+}
+
+/// The keywords Twilio's Advanced Opt-Out treats as an opt-out and an opt-in, alone in the body,
+/// in any case (CONTRACT §8).
+const OPT_OUT_WORDS: [&str; 6] = ["STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"];
+const OPT_IN_WORDS: [&str; 2] = ["START", "UNSTOP"];
+
+/// What `body` asks for, if it is one of the keywords.
+pub fn keyword(body: &str) -> Option<bool> {
+    let word = body.trim();
+    if OPT_OUT_WORDS.iter().any(|w| w.eq_ignore_ascii_case(word)) {
+        Some(false)
+    } else if OPT_IN_WORDS.iter().any(|w| w.eq_ignore_ascii_case(word)) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+/// Takes an incoming SMS (Twilio's incoming-message webhook, signed like the status callbacks):
+/// STOP and its synonyms add a `carrier_opt_out` for the sender on sms in every tenant that has
+/// texted it (CONTRACT §9), START and UNSTOP lift them; any other text changes nothing.
+pub async fn inbound(
+    state: &AppState,
+    auth_token: Option<&Secret>,
+    callback: Callback<'_>,
+) -> Result<Inbound, ReceiptError> {
+    let input: TwilioInboundIn = signed_form(auth_token, callback, "incoming message").map_err(|e| {
+        tracing::debug!(url = callback.url, error = %e, "Twilio incoming message refused");
+        refused(PROVIDER, e)
+    })?;
+    let from = input.from.trim();
+    if crate::service::validate::e164(from).is_err() {
+        return Err(refused(PROVIDER, ReceiptError::Malformed("`From` is not an E.164 number.".to_owned())));
+    }
+    let (inbound, action) = match keyword(&input.body) {
+        Some(false) => (Inbound::OptedOut(suppressions::opt_out(state, from).await?), "opt_out"),
+        Some(true) => (Inbound::OptedIn(suppressions::opt_in(state, from).await?), "opt_in"),
+        None => (Inbound::Ignored, "ignored"),
+    };
+    metrics::counter!("herald_inbound_sms_total", "action" => action).increment(1);
+    if inbound != Inbound::Ignored {
+        tracing::info!(from = %herald_common::mask::mask(from), ?inbound, "carrier opt-out keyword");
+    }
+    Ok(inbound)
 }
 
 /// Twilio's signature of a request to `url` with the form `params`: base64 of the HMAC-SHA1,
