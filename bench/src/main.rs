@@ -163,6 +163,10 @@ enum Command {
         /// where the machine's CPU went (see bench/src/profile.rs).
         #[arg(long)]
         perf: Option<PathBuf>,
+        /// Entries on the tenant's suppression list before measuring (other addresses than
+        /// those sent to, so every send-time check looks one up and finds none).
+        #[arg(long, default_value_t = 0)]
+        suppressions: usize,
     },
 }
 
@@ -394,20 +398,49 @@ fn print_costs(unit: &str, backend: Backend, costs: &[(&str, &costs::Cost)]) {
     }
 }
 
-async fn dispatch(
-    backend: BackendArg,
+/// What a dispatch run measures against.
+struct DispatchRun {
     requests: usize,
     concurrency: usize,
-    daemon: PathBuf,
     pin: bool,
+    /// Entries on the suppression list first.
+    suppressions: usize,
+}
+
+async fn dispatch(
+    backend: BackendArg,
+    run: DispatchRun,
+    daemon: PathBuf,
     perf: Option<&Path>,
 ) -> anyhow::Result<()> {
+    let DispatchRun { requests, concurrency, pin, suppressions } = run;
     let dir = tempfile::tempdir()?;
     let backend = backend_of(backend)?;
     let database_url = backend.fresh_database_url(dir.path()).await;
     let (smtp_port, received) = smtp::start().await?;
     let d = start_daemon(&daemon, dir.path(), &database_url, smtp_port, pin).await?;
     let nothing: Arc<dyn Fn(usize, Instant) + Send + Sync> = Arc::new(|_, _| {});
+
+    if suppressions > 0 {
+        let started = Instant::now();
+        let entry: load::MakeRequest = Arc::new(|i| {
+            let channel = if i % 2 == 0 { "email" } else { "sms" };
+            let recipient = if i % 2 == 0 {
+                format!("left-{i}@example.com")
+            } else {
+                format!("+1415{:07}", i % 10_000_000)
+            };
+            (
+                Method::POST,
+                "/api/v1/suppressions".into(),
+                Some(json!({"channel": channel, "recipient": recipient})),
+            )
+        });
+        let added =
+            load::run(&d.url, Some(&d.boot.api_key), suppressions, concurrency, entry, nothing.clone()).await;
+        anyhow::ensure!(added.ok == suppressions, "{} of {suppressions} suppressions were added", added.ok);
+        println!("{suppressions} suppressions added in {:.1} s", started.elapsed().as_secs_f64());
+    }
 
     // Warm up connections, caches and the database.
     let warm: load::MakeRequest = Arc::new(|i| {
@@ -494,7 +527,7 @@ async fn dispatch(
 
     let engine = engine_name(backend);
     println!(
-        "\n{engine}, {requests} requests per row, concurrency {concurrency}{}\n",
+        "\n{engine}, {requests} requests per row, concurrency {concurrency}{}, {suppressions} suppressions stored\n",
         if pin { ", daemon pinned to core 0" } else { "" }
     );
     println!("| path | req/s | of /healthz | p50 ms | p99 ms | errors |");
@@ -556,8 +589,9 @@ async fn run() -> anyhow::Result<()> {
             })
             .await
         }
-        Command::Dispatch { backend, requests, concurrency, daemon, pin, perf, .. } => {
-            dispatch(backend, requests, concurrency, daemon, pin, perf.as_deref()).await
+        Command::Dispatch { backend, requests, concurrency, daemon, pin, perf, suppressions, .. } => {
+            let run = DispatchRun { requests, concurrency, pin, suppressions };
+            dispatch(backend, run, daemon, perf.as_deref()).await
         }
         Command::Receipts { backend, messages, concurrency, rate, seconds, daemon } => {
             receipts::run(receipts::Options { backend, messages, concurrency, rate, seconds, daemon }).await

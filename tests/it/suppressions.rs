@@ -444,6 +444,17 @@ async fn otp_to_suppressed(backend: Backend) {
     // A category's entry does not stop an OTP.
     t.key.send_otp(&OtpSendIn::new(Channel::Sms, "+14155550102"), None).await.unwrap();
     assert_eq!(twilio.messages().len(), 1);
+
+    // Twilio refusing the code with 21610: 502, and the number is suppressed from then on,
+    // pointing at the OTP transaction.
+    let err = t.key.send_otp(&OtpSendIn::new(Channel::Sms, STOPPED), None).await.unwrap_err();
+    assert_eq!(err.problem().unwrap().code, ErrorCode::DeliveryFailed);
+    let entries = list(&d, &t, "?reason=carrier_opt_out").await.items;
+    assert_eq!(entries.len(), 1);
+    assert!(entries[0].transaction_id.as_ref().unwrap().as_str().starts_with("otp_"));
+    let err = t.key.send_otp(&OtpSendIn::new(Channel::Sms, STOPPED), None).await.unwrap_err();
+    assert_eq!(err.problem().unwrap().code, ErrorCode::RecipientSuppressed);
+    assert_eq!(twilio.messages().len(), 2, "the second was not sent");
     d.stop().await;
 }
 both_backends!(otp_to_suppressed_on_each_backend, otp_to_suppressed);
