@@ -45,6 +45,9 @@ enum Command {
     /// Custom sending domains: add, verify, remove.
     #[command(subcommand)]
     Domains(cmd::domains::Command),
+    /// The suppression list: recipients not sent to (bounces, complaints, opt-outs, manual).
+    #[command(subcommand)]
+    Suppressions(cmd::suppressions::Command),
     /// The activity feed: list, follow live, inspect and retry deliveries.
     #[command(subcommand)]
     Activity(cmd::activity::Command),
@@ -106,6 +109,7 @@ pub fn main() -> ExitCode {
             Command::Notifications(command) => command.exec(&ctx).await,
             Command::Otp(command) => command.exec(&ctx).await,
             Command::Domains(command) => command.exec(&ctx).await,
+            Command::Suppressions(command) => command.exec(&ctx).await,
             Command::Activity(command) => command.exec(&ctx).await,
             Command::Inbox(args) => args.exec(&ctx).await,
             Command::Stream(args) => args.exec(&ctx).await,

@@ -603,3 +603,93 @@ async fn bulk_send_resumes(backend: Backend) {
     d.stop().await;
 }
 both_backends!(cli_bulk_send_resumes_on_each_backend, bulk_send_resumes);
+
+/// `herald suppressions list|add|rm`, `send --category` and `activity list --category`: an entry
+/// the CLI adds stops the next send of its category (`suppressed`, with the reason), leaves
+/// transactional sends alone, is never shown unmasked, and `rm` lifts it.
+async fn suppressions(backend: Backend) {
+    let smtp = SmtpSink::start().await;
+    let d = TestDaemon::start_with(backend, smtp_env(&smtp)).await;
+    let cli = Cli::new(&d).await;
+
+    let add = ["suppressions", "add", "--channel", "email", "--to", "Zed@Example.com", "--category", "news"];
+    let added = cli.run(&[&add[..], &["--json"]].concat()).await.json();
+    let id = added["suppression_id"].as_str().unwrap().to_owned();
+    assert_eq!((added["reason"].as_str(), added["category"].as_str()), (Some("manual"), Some("news")));
+    assert!(!added.to_string().to_lowercase().contains("zed@example.com"), "{added}");
+    let again = cli.run(&add).await;
+    assert!(again.ok().contains(&id), "{}", again.stdout);
+    assert!(again.stderr.contains("already on the list"), "{}", again.stderr);
+
+    let table = cli.run(&["suppressions", "list"]).await;
+    for needle in [id.as_str(), "manual", "news", "z*d@example.com"] {
+        assert!(table.ok().contains(needle), "`{needle}` in:\n{}", table.stdout);
+    }
+    assert!(!table.ok().to_lowercase().contains("zed@example.com"), "{}", table.stdout);
+    let listed = cli.run(&["suppressions", "list", "--json"]).await.json();
+    assert_eq!(listed, cli.api_json("/api/v1/suppressions").await);
+    let mine = cli.run(&["suppressions", "list", "--recipient", "zed@example.com", "--json"]).await.json();
+    assert_eq!(mine["total_count"], 1);
+    let other = cli.run(&["suppressions", "list", "--recipient", "amy@example.com", "--json"]).await.json();
+    assert_eq!(other["total_count"], 0);
+    assert_eq!(
+        cli.run(&["suppressions", "list", "--reason", "hard_bounce", "--json"]).await.json()["total_count"],
+        0
+    );
+
+    // A newsletter to the recipient is suppressed at send time; a transactional email is sent.
+    let send = |category: Option<&'static str>| {
+        let mut args = vec![
+            "send",
+            "--channel",
+            "email",
+            "--to",
+            "zed@example.com",
+            "--subject",
+            "Hi",
+            "--body",
+            "Hello",
+        ];
+        if let Some(category) = category {
+            args.extend(["--category", category]);
+        }
+        args.push("--json");
+        let cli = &cli;
+        async move { cli.run(&args).await.json()["notification_id"].as_str().unwrap().to_owned() }
+    };
+    let news = send(Some("news")).await;
+    let plain = send(None).await;
+    for (id, status) in [(&news, "suppressed"), (&plain, "sent")] {
+        eventually("the send to settle", WAIT, || async {
+            let item = cli.run(&["activity", "get", id, "--json"]).await.json();
+            (item["status"] == status).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(smtp.wait_for(1, WAIT).await.len(), 1, "only the transactional email went out");
+    let detail = cli.run(&["activity", "get", &news]).await;
+    for needle in ["category", "news", "recipient suppressed: manual since", "suppressed"] {
+        assert!(detail.ok().contains(needle), "`{needle}` in:\n{}", detail.stdout);
+    }
+    let feed = cli.run(&["activity", "list", "--category", "news", "--json"]).await.json();
+    assert_eq!(feed["total_count"], 1, "{feed}");
+    assert_eq!(feed["items"][0]["transaction_id"].as_str(), Some(news.as_str()));
+    assert_eq!(feed["items"][0]["category"], "news");
+    assert_eq!(feed, cli.api_json("/api/v1/activity?category=news").await);
+
+    // Lifted: the list is empty and the id is gone.
+    assert!(cli.run(&["suppressions", "rm", &id]).await.ok().contains("resume"));
+    assert_eq!(cli.run(&["suppressions", "list", "--json"]).await.json()["total_count"], 0);
+    cli.run(&["suppressions", "rm", &id]).await.failed(4, "not_found");
+    // Bad input, refused with the field named.
+    cli.run(&["suppressions", "add", "--channel", "email", "--to", "not an address"])
+        .await
+        .failed(2, "recipient");
+    cli.run(&["suppressions", "add", "--channel", "sms", "--to", "+15551234567", "--category", "Bad Cat"])
+        .await
+        .failed(2, "category");
+    cli.run(&["suppressions", "list", "--reason", "bored"]).await.failed(2, "bored");
+    cli.run(&["suppressions", "rm", "sup_nope"]).await.failed(2, "sup_");
+    d.stop().await;
+}
+both_backends!(cli_suppressions_on_each_backend, suppressions);

@@ -381,7 +381,13 @@ fn draw_detail(frame: &mut Frame, app: &App) {
     let item = &detail.item;
     let mut lines = vec![
         Line::from(item.transaction_id.to_string()).style(Style::default().add_modifier(Modifier::BOLD)),
-        Line::from(format!("{} · {} · {}", item.channel, item.recipient_masked, item.application_name)),
+        Line::from(match &item.category {
+            Some(category) => format!(
+                "{} · {} · {} · category {category}",
+                item.channel, item.recipient_masked, item.application_name
+            ),
+            None => format!("{} · {} · {}", item.channel, item.recipient_masked, item.application_name),
+        }),
         Line::from(vec![
             Span::raw("status "),
             Span::styled(item.status.as_str(), Style::default().fg(status_color(item.status))),
@@ -394,7 +400,10 @@ fn draw_detail(frame: &mut Frame, app: &App) {
         ]),
     ];
     if let Some(reason) = &item.failure_reason {
-        lines.push(Line::from(format!("reason: {reason}")).style(Style::default().fg(Color::Red)));
+        // A suppression is a stop the tenant asked for, not an error: grey like its status.
+        lines.push(
+            Line::from(format!("reason: {reason}")).style(Style::default().fg(status_color(item.status))),
+        );
     }
     if let Some(n) = detail.failed_verifications {
         lines.push(Line::from(format!("wrong codes: {n}")));
@@ -637,6 +646,40 @@ mod tests {
         insta::assert_snapshot!("detail_receipts_80x24", screen);
         assert!(screen.contains("Receipts (what arrived):"));
         assert!(screen.contains("30003: Unreachable destination handset"));
+        // A newsletter stopped at send time: the category, and the reason in grey, no attempt.
+        let mut item = app.selected_item().unwrap().clone();
+        item.status = ActivityStatus::Suppressed;
+        item.retryable = false;
+        item.category = Some("newsletter".into());
+        item.failure_reason = Some("recipient suppressed: hard_bounce since 2026-11-25".into());
+        app.update(Action::Detail(Ok(ActivityDetail {
+            item,
+            updated_at: Timestamp::from_millis(NOW),
+            attempts: vec![attempt(
+                1,
+                Suppressed,
+                Some("recipient suppressed: hard_bounce since 2026-11-25"),
+            )],
+            receipts: Vec::new(),
+            failed_verifications: None,
+        })));
+        let screen = render(&app, 80, 24);
+        insta::assert_snapshot!("detail_suppressed_80x24", screen);
+        assert!(screen.contains("category newsletter"));
+        assert!(screen.contains("reason: recipient suppressed: hard_bounce since 2026-11-25"));
+        let mut terminal = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        terminal.draw(|frame| draw(frame, &app)).unwrap();
+        let buffer = terminal.backend().buffer();
+        let reason_row = (0..24).find(|&y| {
+            (0..80).map(|x| buffer[(x, y)].symbol()).collect::<String>().contains("reason: recipient")
+        });
+        let reason_row = reason_row.expect("the reason is on screen");
+        let first = (0..80).find(|&x| buffer[(x, reason_row)].symbol() == "r").unwrap();
+        assert_eq!(
+            buffer[(first, reason_row)].fg,
+            Color::DarkGray,
+            "a suppression's reason is grey, not red"
+        );
     }
 
     #[test]

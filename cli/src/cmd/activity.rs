@@ -48,9 +48,13 @@ pub enum Command {
     List {
         #[command(flatten)]
         filters: Filters,
-        /// queued, sending, sent, delivered, failed, verified, expired or tombstoned.
+        /// queued, sending, sent, delivered, read, undelivered, bounced, complained, failed,
+        /// suppressed, verified, expired or tombstoned.
         #[arg(long)]
         status: Option<ActivityStatus>,
+        /// Only notifications of this category.
+        #[arg(long)]
+        category: Option<String>,
         /// Page number, from 1.
         #[arg(long, default_value_t = 1)]
         page: u32,
@@ -92,11 +96,12 @@ impl Command {
     pub async fn exec(self, ctx: &Context) -> Result<(), Fail> {
         let client = ctx.operator()?;
         match self {
-            Command::List { filters, status, page, limit, all, follow } => {
+            Command::List { filters, status, category, page, limit, all, follow } => {
                 if follow {
                     return follow_feed(ctx, &client, &filters, status).await;
                 }
-                list(&ctx.out, &client, query(&filters, status, page, limit), all).await
+                let query = ActivityQuery { category, ..query(&filters, status, page, limit) };
+                list(&ctx.out, &client, query, all).await
             }
             Command::Get { id } => {
                 let detail = client.activity_item(&id).await?;
@@ -111,8 +116,11 @@ impl Command {
                     ("recipient", item.recipient_masked.clone().into()),
                     ("status", cell(item.status.as_str(), Tone::of_activity(item.status))),
                 ];
+                if let Some(category) = &item.category {
+                    fields.push(("category", category.clone().into()));
+                }
                 if let Some(reason) = &item.failure_reason {
-                    fields.push(("reason", cell(reason.clone(), Tone::Bad)));
+                    fields.push(("reason", cell(reason.clone(), reason_tone(item.status))));
                 }
                 fields.push(("retryable", item.retryable.to_string().into()));
                 fields.push(("retries", item.retry_count.to_string().into()));
@@ -181,7 +189,7 @@ const HEADERS: [&str; 7] = ["ID", "CREATED", "CHANNEL", "RECIPIENT", "STATUS", "
 
 fn row(out: &Output, item: &ActivityItem) -> Vec<Cell> {
     let last = match &item.failure_reason {
-        Some(reason) => cell(short(reason, 60), Tone::Bad),
+        Some(reason) => cell(short(reason, 60), reason_tone(item.status)),
         None => item.application_name.clone().into(),
     };
     vec![
@@ -195,33 +203,21 @@ fn row(out: &Output, item: &ActivityItem) -> Vec<Cell> {
     ]
 }
 
-async fn list(out: &Output, client: &Client, mut query: ActivityQuery, all: bool) -> Result<(), Fail> {
-    let mut table = Table::new(&HEADERS);
-    loop {
-        let page = client.activity(&query).await?;
-        match out.format {
-            Format::Json if !all => return out.json(&page),
-            Format::Json | Format::Jsonl => page.items.iter().try_for_each(|item| out.json(item))?,
-            Format::Table => page.items.iter().for_each(|item| table.row(row(out, item))),
-        }
-        let seen = u64::from(page.page) * u64::from(page.limit);
-        if !all || page.items.is_empty() || seen >= page.total_count {
-            if out.format == Format::Table {
-                out.table(&table)?;
-                if !all && seen < page.total_count {
-                    out.note(&format!(
-                        "page {} of {} ({} items); --page {} for the next, --all for every page",
-                        page.page,
-                        page.total_count.div_ceil(u64::from(page.limit.max(1))),
-                        page.total_count,
-                        page.page + 1
-                    ));
-                }
-            }
-            return Ok(());
-        }
-        query.page = Some(page.page + 1);
+/// A failure's reason is red; a suppression's (a stop the tenant asked for) is dim like its status.
+fn reason_tone(status: ActivityStatus) -> Tone {
+    match status {
+        ActivityStatus::Suppressed => Tone::Dim,
+        _ => Tone::Bad,
     }
+}
+
+async fn list(out: &Output, client: &Client, query: ActivityQuery, all: bool) -> Result<(), Fail> {
+    let first = query.page.unwrap_or(1);
+    let fetch = |page| {
+        let query = ActivityQuery { page: Some(page), ..query.clone() };
+        async move { client.activity(&query).await }
+    };
+    super::pages(out, &HEADERS, "items", (first, all), fetch, row).await
 }
 
 fn show_candidates(out: &Output, items: &[ActivityItem]) -> Result<(), Fail> {

@@ -9,6 +9,7 @@ pub mod notifications;
 pub mod otp;
 pub mod send;
 pub mod stream;
+pub mod suppressions;
 pub mod templates;
 pub mod token;
 pub mod tui;
@@ -18,10 +19,13 @@ use std::{
     time::Duration,
 };
 
-use herald_common::Timestamp;
+use herald_common::{Timestamp, client::ClientError};
 use serde_json::{Map, Value};
 
-use crate::exit::Fail;
+use crate::{
+    exit::Fail,
+    output::{Cell, Format, Output, Table},
+};
 
 /// A `KEY=VALUE` argument.
 pub fn key_value(text: &str) -> Result<(String, String), String> {
@@ -114,6 +118,76 @@ pub fn duration(text: &str) -> Result<Duration, String> {
         "h" => Duration::from_secs(n * 3600),
         _ => return Err(format!("`{text}`: a duration's unit is ms, s, m or h")),
     })
+}
+
+/// A page of a list endpoint (`{total_count, page, limit, items}`), as `--page`, `--limit` and
+/// `--all` walk it.
+pub trait Paged: serde::Serialize {
+    type Item: serde::Serialize;
+    fn items(&self) -> &[Self::Item];
+    /// The page number, its size and how many items there are in all.
+    fn position(&self) -> (u32, u32, u64);
+}
+
+macro_rules! paged {
+    ($($list:ty => $item:ty),* $(,)?) => {$(
+        impl Paged for $list {
+            type Item = $item;
+            fn items(&self) -> &[$item] {
+                &self.items
+            }
+            fn position(&self) -> (u32, u32, u64) {
+                (self.page, self.limit, self.total_count)
+            }
+        }
+    )*};
+}
+paged! {
+    herald_common::api::activity::ActivityList => herald_common::api::activity::ActivityItem,
+    herald_common::api::suppressions::SuppressionList => herald_common::api::suppressions::Suppression,
+}
+
+/// Prints page `first` of a list, or with `all` every page from it: a table of `row`s (with a
+/// note on how to see more), the page as JSON, or the items as JSON lines. `what` names the items.
+pub async fn pages<P, F, Fut>(
+    out: &Output,
+    headers: &[&'static str],
+    what: &str,
+    (first, all): (u32, bool),
+    mut fetch: F,
+    row: impl Fn(&Output, &P::Item) -> Vec<Cell>,
+) -> Result<(), Fail>
+where
+    P: Paged,
+    F: FnMut(u32) -> Fut,
+    Fut: Future<Output = Result<P, ClientError>>,
+{
+    let mut table = Table::new(headers);
+    let mut number = first;
+    loop {
+        let page = fetch(number).await?;
+        match out.format {
+            Format::Json if !all => return out.json(&page),
+            Format::Json | Format::Jsonl => page.items().iter().try_for_each(|item| out.json(item))?,
+            Format::Table => page.items().iter().for_each(|item| table.row(row(out, item))),
+        }
+        let (at, limit, total) = page.position();
+        let seen = u64::from(at) * u64::from(limit);
+        if !all || page.items().is_empty() || seen >= total {
+            if out.format == Format::Table {
+                out.table(&table)?;
+                if !all && seen < total {
+                    out.note(&format!(
+                        "page {at} of {} ({total} {what}); --page {} for the next, --all for every page",
+                        total.div_ceil(u64::from(limit.max(1))),
+                        at + 1
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        number = at + 1;
+    }
 }
 
 /// Asks a yes/no question on the terminal; `false` unless the answer starts with y.

@@ -16,6 +16,8 @@ mod log;
 pub use log::TARGET as LOG_TARGET;
 mod notifications;
 mod otp;
+mod suppressions;
+pub use suppressions::SuppressionAdded;
 mod users;
 
 pub use reqwest::Error as TransportError;

@@ -127,7 +127,7 @@ pub async fn add(
             tenant_id: tenant_id.clone(),
             channel: input.channel,
             recipient_key: recipient_key(&state.secret, input.channel, &recipient),
-            recipient_masked: mask(&recipient),
+            recipient_masked: mask(&normalise(input.channel, &recipient)),
             category: input.category,
             reason: SuppressionReason::Manual,
             transaction_id: None,
@@ -229,7 +229,8 @@ pub async fn suppress_otp_recipient(
 ) -> Result<Option<Suppression>, StoreError> {
     let key = recipient_key(&state.secret, channel, recipient);
     let cause = TransactionId::Otp(id.clone());
-    add_automatic(state, tenant_id.clone(), channel, key, mask(recipient.trim()), reason, cause).await
+    add_automatic(state, tenant_id.clone(), channel, key, mask(&normalise(channel, recipient)), reason, cause)
+        .await
 }
 
 /// Adds one of Herald's own entries, for every category; the entry if it is new.
