@@ -19,6 +19,7 @@ mod otp;
 mod suppressions;
 pub use suppressions::SuppressionAdded;
 mod users;
+mod webhooks;
 
 pub use reqwest::Error as TransportError;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
