@@ -16,6 +16,7 @@ mod otp;
 mod receipts;
 mod suppressions;
 mod templates;
+mod unsubscribe;
 mod users;
 
 use axum::{
@@ -68,6 +69,7 @@ use crate::{error::ApiError, state::AppState};
         (name = "activity", description = "The masked delivery timeline, and retries"),
         (name = "inbox", description = "End users' inboxes and live streams"),
         (name = "receipts", description = "The providers' delivery receipts, authenticated by the providers' signatures"),
+        (name = "unsubscribe", description = "One-click unsubscribe links (RFC 8058): pages for the recipients of categorised email, no credential"),
     )
 )]
 struct ApiDoc;
@@ -105,7 +107,8 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
         .merge(templates::router())
         .merge(domains::router())
         .merge(suppressions::router())
-        .merge(receipts::router());
+        .merge(receipts::router())
+        .merge(unsubscribe::router());
     if dev { router.merge(dev::router()) } else { router }
 }
 
