@@ -165,7 +165,11 @@ pub fn router(state: AppState) -> Router {
                         .get("x-request-id")
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or_default();
-                    tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
+                    // An unsubscribe link's token is a capability: the logs name the route instead.
+                    let path = request.uri().path();
+                    let path =
+                        if path.starts_with(crate::unsubscribe::PATH_PREFIX) { "/u/{token}" } else { path };
+                    tracing::info_span!("request", method = %request.method(), path = %path, request_id = %id)
                 })
                 .on_response(DefaultOnResponse::new().level(tracing::Level::DEBUG)),
         )
