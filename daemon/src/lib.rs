@@ -23,6 +23,7 @@ pub mod store;
 pub mod stream;
 pub mod tasks;
 pub mod telemetry;
+pub mod unsubscribe;
 pub mod verp;
 pub mod views;
 

@@ -26,6 +26,16 @@ fn binary(names: &[&str]) -> Option<String> {
 impl Browser {
     /// Starts chromedriver and a headless Chromium session.
     pub async fn start() -> Browser {
+        Self::start_with(true).await
+    }
+
+    /// Starts a headless Chromium session in which pages run no JavaScript (WebDriver's own
+    /// commands still work): for pages that must work without it.
+    pub async fn start_without_javascript() -> Browser {
+        Self::start_with(false).await
+    }
+
+    async fn start_with(javascript: bool) -> Browser {
         let driver_path = binary(&["chromedriver"]).expect(
             "the browser tests need chromedriver and chromium (apt-get install chromium chromium-driver)",
         );
@@ -50,6 +60,8 @@ impl Browser {
                 "binary": chromium,
                 "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                          "--no-first-run", "--disable-extensions"],
+                // 2: blocked, for every site.
+                "prefs": {"profile.managed_default_content_settings.javascript": if javascript { 1 } else { 2 }},
             },
         }}});
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -79,6 +91,53 @@ impl Browser {
             panic!("WebDriver {path}: {}", answer["value"]);
         }
         answer["value"].clone()
+    }
+
+    async fn read(&self, path: &str) -> Value {
+        let url = format!("{}/session/{}/{path}", self.base, self.session);
+        let answer: Value = self.http.get(url).send().await.expect("chromedriver").json().await.unwrap();
+        if answer["value"]["error"].is_string() {
+            panic!("WebDriver {path}: {}", answer["value"]);
+        }
+        answer["value"].clone()
+    }
+
+    /// The page's title.
+    pub async fn title(&self) -> String {
+        self.read("title").await.as_str().unwrap_or_default().to_owned()
+    }
+
+    /// The URL the page is at.
+    pub async fn current_url(&self) -> String {
+        self.read("url").await.as_str().unwrap_or_default().to_owned()
+    }
+
+    /// The WebDriver id of the first element matching `css`, if there is one.
+    pub async fn find(&self, css: &str) -> Option<String> {
+        let url = format!("{}/session/{}/element", self.base, self.session);
+        let answer: Value = self
+            .http
+            .post(url)
+            .json(&json!({"using": "css selector", "value": css}))
+            .send()
+            .await
+            .expect("chromedriver")
+            .json()
+            .await
+            .unwrap();
+        answer["value"]["element-6066-11e4-a52e-4f735466cecf"].as_str().map(str::to_owned)
+    }
+
+    /// The rendered text of the first element matching `css` (panics if there is none).
+    pub async fn text(&self, css: &str) -> String {
+        let element = self.find(css).await.unwrap_or_else(|| panic!("no element matches `{css}`"));
+        self.read(&format!("element/{element}/text")).await.as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Clicks the first element matching `css`, as a user would (panics if there is none).
+    pub async fn click(&self, css: &str) {
+        let element = self.find(css).await.unwrap_or_else(|| panic!("no element matches `{css}`"));
+        self.command(&format!("element/{element}/click"), json!({})).await;
     }
 
     /// Opens `url` and waits for it to load.

@@ -182,9 +182,11 @@ fn add_standard_responses(path: &str, operation: &mut Value) {
     // and so does every receipt intake, which reads the raw body whatever its content type.
     let json_body = operation["requestBody"]["content"].get("application/json").is_some();
     let secured = operation["security"].as_array().is_some_and(|s| !s.is_empty());
-    let has_query = operation["parameters"]
-        .as_array()
-        .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query" || p["in"] == "path"));
+    // An unsubscribe link's token is not checked field by field: anything but a sealed token is 404.
+    let has_query = !path.starts_with("/u/")
+        && operation["parameters"]
+            .as_array()
+            .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query" || p["in"] == "path"));
     // The providers' receipt intakes read the raw body, whatever its content type, because the
     // signature covers its bytes: no 415, and no field errors from our JSON extractor.
     let raw_body = path.starts_with("/api/v1/receipts/");
@@ -213,6 +215,8 @@ fn path_parameter_pattern(name: &str) -> Option<String> {
     const BODY: &str = "[0-9a-hjkmnp-tv-z]{26}$";
     let prefix = match name {
         "user_id" => return Some(USER_ID.to_owned()),
+        // base64url (`crate::unsubscribe`).
+        "token" => return Some("^[A-Za-z0-9_-]{1,640}$".to_owned()),
         "transaction_id" => "(notif|otp)_",
         "application_id" => "app_",
         "domain_id" => "dom_",

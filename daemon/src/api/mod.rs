@@ -16,6 +16,7 @@ mod otp;
 mod receipts;
 mod suppressions;
 mod templates;
+mod unsubscribe;
 mod users;
 
 use axum::{
@@ -68,6 +69,7 @@ use crate::{error::ApiError, state::AppState};
         (name = "activity", description = "The masked delivery timeline, and retries"),
         (name = "inbox", description = "End users' inboxes and live streams"),
         (name = "receipts", description = "The providers' delivery receipts, authenticated by the providers' signatures"),
+        (name = "unsubscribe", description = "One-click unsubscribe links (RFC 8058): pages for the recipients of categorised email, no credential"),
     )
 )]
 struct ApiDoc;
@@ -105,7 +107,8 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
         .merge(templates::router())
         .merge(domains::router())
         .merge(suppressions::router())
-        .merge(receipts::router());
+        .merge(receipts::router())
+        .merge(unsubscribe::router());
     if dev { router.merge(dev::router()) } else { router }
 }
 
@@ -162,7 +165,11 @@ pub fn router(state: AppState) -> Router {
                         .get("x-request-id")
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or_default();
-                    tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
+                    // An unsubscribe link's token is a capability: the logs name the route instead.
+                    let path = request.uri().path();
+                    let path =
+                        if path.starts_with(crate::unsubscribe::PATH_PREFIX) { "/u/{token}" } else { path };
+                    tracing::info_span!("request", method = %request.method(), path = %path, request_id = %id)
                 })
                 .on_response(DefaultOnResponse::new().level(tracing::Level::DEBUG)),
         )

@@ -77,7 +77,7 @@ keys! {
     "whatsapp_api_version" => Some("v21.0"), "Cloud API version path segment.";
     "whatsapp_phone_number_id" => None, "Cloud API phone number id (required with whatsapp_provider=meta).";
     "whatsapp_token" => None, "Cloud API bearer token (required with whatsapp_provider=meta).";
-    "public_url" => None, "The URL the providers reach this daemon at (https://herald.example.com): Twilio's StatusCallback and its signatures use it. Unset: http://<listen>.";
+    "public_url" => None, "The URL the providers and mail clients reach this daemon at (https://herald.example.com): Twilio's StatusCallback and its signatures use it, and so do the one-click unsubscribe links of categorised email. Unset: http://<listen>.";
     "whatsapp_app_secret" => None, "Meta app secret: the key of the Cloud API webhook's X-Hub-Signature-256. Unset: WhatsApp receipts are refused.";
     "whatsapp_verify_token" => None, "The token Meta's webhook verification (GET /api/v1/receipts/whatsapp) must present. Unset: verification is refused.";
     "bounce_listen" => None, "Address of the SMTP listener for bounce and complaint reports (the bounce domain's MX delivers there), e.g. 0.0.0.0:25. Unset: off (--dev: 127.0.0.1:2525).";

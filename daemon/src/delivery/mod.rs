@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     dkim::{self, DkimSigner},
     providers::{OutgoingMessage, SendError},
-    service::suppressions::Suppressed,
+    service::{suppressions::Suppressed, unsubscribe},
     state::AppState,
     store::{AttemptResult, AttemptSpan, ClaimedDelivery, now_millis},
 };
@@ -113,8 +113,9 @@ fn report_panic(joined: Result<(), tokio::task::JoinError>) -> Option<String> {
     Some(message)
 }
 
-/// The message to hand to a claimed job's provider.
-fn message(job: &ClaimedDelivery) -> OutgoingMessage<'_> {
+/// The message to hand to a claimed job's provider, with its one-click unsubscribe link if it
+/// has one.
+fn message<'a>(job: &'a ClaimedDelivery, unsubscribe_url: Option<&'a str>) -> OutgoingMessage<'a> {
     OutgoingMessage {
         id: job.id.as_str(),
         channel: job.channel,
@@ -124,7 +125,23 @@ fn message(job: &ClaimedDelivery) -> OutgoingMessage<'_> {
         subject: job.subject.as_deref(),
         body: &job.body,
         html_body: job.html_body.as_deref(),
+        unsubscribe_url,
     }
+}
+
+/// The one-click unsubscribe link of a job's email, when it has a category.
+fn unsubscribe_url(state: &AppState, job: &ClaimedDelivery) -> Result<Option<String>, SendError> {
+    let linked = unsubscribe::Linked {
+        tenant_id: &job.tenant_id,
+        notification_id: &job.id,
+        channel: job.channel,
+        recipient: &job.recipient,
+        recipient_key: job.recipient_key.as_deref(),
+        recipient_masked: &job.recipient_masked,
+        category: job.category.as_deref(),
+    };
+    unsubscribe::link(state, &linked)
+        .map_err(|e| SendError::Permanent { reason: format!("cannot make the unsubscribe link: {e}") })
 }
 
 /// The DKIM signer for an email from a tenant's own sending domain (`from` was given).
@@ -179,10 +196,12 @@ async fn deliver(state: AppState, job: ClaimedDelivery, _permit: OwnedSemaphoreP
     let mut unreachable = None;
     let outcome = match suppressed(&state, &job).await {
         Ok(Some(suppressed)) => Err(Stopped::Suppressed(suppressed)),
-        Ok(None) => match signer(&state, &job).await {
-            Ok(signer) => {
-                state.providers.send(&message(&job), signer.as_deref()).await.map_err(Stopped::Failed)
-            }
+        Ok(None) => match signer(&state, &job).await.and_then(|s| Ok((s, unsubscribe_url(&state, &job)?))) {
+            Ok((signer, unsubscribe)) => state
+                .providers
+                .send(&message(&job, unsubscribe.as_deref()), signer.as_deref())
+                .await
+                .map_err(Stopped::Failed),
             Err(e) => Err(Stopped::Failed(e)),
         },
         Err(e) => Err(Stopped::Failed(e)),

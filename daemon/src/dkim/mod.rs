@@ -35,6 +35,7 @@ const SIGNED_FIELDS: &[&str] = &[
     "content-type",
     "content-transfer-encoding",
     "list-unsubscribe",
+    "list-unsubscribe-post",
 ];
 
 /// The domain part of an address, lower-cased (the sending domain whose key signs its mail).

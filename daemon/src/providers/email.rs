@@ -18,7 +18,10 @@ use anyhow::{Context, bail};
 use lettre::{
     Message,
     address::Envelope,
-    message::{Mailbox, MultiPart, SinglePart},
+    message::{
+        Mailbox, MultiPart, SinglePart,
+        header::{Header, HeaderName, HeaderValue},
+    },
     transport::smtp::{
         authentication::{Credentials, Mechanism},
         client::{AsyncSmtpConnection, AsyncTokioStream, TlsParameters},
@@ -81,7 +84,7 @@ impl AsyncTokioStream for TlsSocket {
 use herald_common::{api::suppressions::SuppressionReason, ids::TransactionId};
 
 use super::{OutgoingMessage, SendError, Sent};
-use crate::{config::Config, dkim::DkimSigner, secret::ServerSecret, verp};
+use crate::{config::Config, dkim::DkimSigner, secret::ServerSecret, unsubscribe::ONE_CLICK, verp};
 
 enum Transport {
     Smtp(SmtpPool),
@@ -218,6 +221,43 @@ impl SmtpPool {
         }
         let conn = self.connect().await?;
         self.send_on(conn, envelope, bytes).await
+    }
+}
+
+/// `List-Unsubscribe: <{url}>` (RFC 2369): where a recipient leaves the category.
+#[derive(Clone)]
+struct ListUnsubscribe(String);
+
+impl Header for ListUnsubscribe {
+    fn name() -> HeaderName {
+        HeaderName::new_from_ascii_str("List-Unsubscribe")
+    }
+
+    fn parse(text: &str) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(Self(text.to_owned()))
+    }
+
+    fn display(&self) -> HeaderValue {
+        HeaderValue::new(Self::name(), self.0.clone())
+    }
+}
+
+/// `List-Unsubscribe-Post: List-Unsubscribe=One-Click` (RFC 8058): the link unsubscribes with
+/// one POST, no page in between, so a mail client may offer its own button.
+#[derive(Clone)]
+struct ListUnsubscribePost;
+
+impl Header for ListUnsubscribePost {
+    fn name() -> HeaderName {
+        HeaderName::new_from_ascii_str("List-Unsubscribe-Post")
+    }
+
+    fn parse(text: &str) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        if text.trim() == ONE_CLICK { Ok(Self) } else { Err("not a one-click field".into()) }
+    }
+
+    fn display(&self) -> HeaderValue {
+        HeaderValue::new(Self::name(), ONE_CLICK.to_owned())
     }
 }
 
@@ -373,6 +413,9 @@ impl EmailSender {
         let mut builder = Message::builder().from(from).to(to).message_id(Some(message_id.clone()));
         if let Some(subject) = job.subject {
             builder = builder.subject(subject);
+        }
+        if let Some(url) = job.unsubscribe_url {
+            builder = builder.header(ListUnsubscribe(format!("<{url}>"))).header(ListUnsubscribePost);
         }
         let message = match job.html_body {
             Some(html) => {

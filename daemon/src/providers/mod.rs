@@ -30,6 +30,10 @@ pub struct OutgoingMessage<'a> {
     pub subject: Option<&'a str>,
     pub body: &'a str,
     pub html_body: Option<&'a str>,
+    /// The one-click unsubscribe link (`{public_url}/u/{token}`) of an email with a category:
+    /// it goes out as `List-Unsubscribe` with `List-Unsubscribe-Post` (RFC 8058). `None` for
+    /// transactional mail (no category) and OTPs.
+    pub unsubscribe_url: Option<&'a str>,
 }
 
 /// A provider accepted the message.

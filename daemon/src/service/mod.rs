@@ -12,6 +12,7 @@ pub mod otp;
 pub mod receipts;
 pub mod suppressions;
 pub mod templates;
+pub mod unsubscribe;
 pub mod validate;
 
 use std::time::Duration;

@@ -265,6 +265,8 @@ async fn deliver_code(state: AppState, pending: PendingCode) -> Result<OtpSent, 
         subject: subject.as_deref(),
         body: &body,
         html_body: None,
+        // An OTP is transactional: never an unsubscribe link.
+        unsubscribe_url: None,
     };
     let delivered = state.providers.send(&message, None).await;
     let (status_code, body, result) = match delivered {
