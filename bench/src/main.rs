@@ -18,6 +18,7 @@ mod receipts;
 mod smtp;
 mod streams;
 mod tui;
+mod webhooks;
 
 use std::{
     path::{Path, PathBuf},
@@ -123,8 +124,32 @@ enum Command {
         #[arg(long, default_value = "target/release/herald")]
         herald: PathBuf,
     },
-    /// Accepted dispatches per second (in_app and email) next to /healthz, and email delivered
-    /// per second to an SMTP sink with the latency from 202 to receipt.
+    /// Event webhooks to a loopback receiver: in-app dispatch with and without an endpoint,
+    /// deliveries per second, event → first attempt at a steady rate, and the same beside a dead
+    /// endpoint's backlog (see bench/src/webhooks.rs).
+    Webhooks {
+        #[arg(long, value_enum, default_value = "sqlite")]
+        backend: BackendArg,
+        /// Dispatches for the throughput (each one event to every endpoint).
+        #[arg(long, default_value_t = 20_000)]
+        events: usize,
+        /// Endpoints subscribed for the throughput.
+        #[arg(long, default_value_t = 4)]
+        fan_out: usize,
+        /// Events a second for the latency.
+        #[arg(long, default_value_t = 1_000)]
+        rate: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// The dead endpoint's backlog.
+        #[arg(long, default_value_t = 100_000)]
+        backlog: usize,
+        /// Dispatches per row of the dispatch-cost table.
+        #[arg(long, default_value_t = 10_000)]
+        requests: usize,
+        #[arg(long, default_value = "target/release/heraldd")]
+        daemon: PathBuf,
+    },
     /// Delivery receipts: signed Twilio status callbacks ingested per second, and the time from
     /// a callback to the operators' feed showing the item `delivered` at `--rate` a second.
     Receipts {
@@ -143,6 +168,8 @@ enum Command {
         #[arg(long, default_value = "target/release/heraldd")]
         daemon: PathBuf,
     },
+    /// Accepted dispatches per second (in_app and email) next to /healthz, and email delivered
+    /// per second to an SMTP sink with the latency from 202 to receipt.
     Dispatch {
         #[arg(long, value_enum, default_value = "sqlite")]
         backend: BackendArg,
@@ -592,6 +619,19 @@ async fn run() -> anyhow::Result<()> {
         Command::Dispatch { backend, requests, concurrency, daemon, pin, perf, suppressions, .. } => {
             let run = DispatchRun { requests, concurrency, pin, suppressions };
             dispatch(backend, run, daemon, perf.as_deref()).await
+        }
+        Command::Webhooks { backend, events, fan_out, rate, seconds, backlog, requests, daemon } => {
+            webhooks::run(webhooks::Options {
+                backend,
+                events,
+                fan_out,
+                rate,
+                seconds,
+                backlog,
+                requests,
+                daemon,
+            })
+            .await
         }
         Command::Receipts { backend, messages, concurrency, rate, seconds, daemon } => {
             receipts::run(receipts::Options { backend, messages, concurrency, rate, seconds, daemon }).await

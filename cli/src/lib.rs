@@ -48,6 +48,9 @@ enum Command {
     /// The suppression list: recipients not sent to (bounces, complaints, opt-outs, manual).
     #[command(subcommand)]
     Suppressions(cmd::suppressions::Command),
+    /// Event webhooks: endpoints, secrets, test events, deliveries and recovery.
+    #[command(subcommand)]
+    Webhooks(cmd::webhooks::Command),
     /// The activity feed: list, follow live, inspect and retry deliveries.
     #[command(subcommand)]
     Activity(cmd::activity::Command),
@@ -110,6 +113,7 @@ pub fn main() -> ExitCode {
             Command::Otp(command) => command.exec(&ctx).await,
             Command::Domains(command) => command.exec(&ctx).await,
             Command::Suppressions(command) => command.exec(&ctx).await,
+            Command::Webhooks(command) => command.exec(&ctx).await,
             Command::Activity(command) => command.exec(&ctx).await,
             Command::Inbox(args) => args.exec(&ctx).await,
             Command::Stream(args) => args.exec(&ctx).await,

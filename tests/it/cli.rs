@@ -41,7 +41,7 @@ impl Run {
     }
 
     #[track_caller]
-    fn failed(&self, code: i32, needle: &str) {
+    pub fn failed(&self, code: i32, needle: &str) {
         assert_eq!(self.code, code, "exit code; stderr:\n{}", self.stderr);
         assert!(self.stderr.contains(needle), "stderr lacks `{needle}`:\n{}", self.stderr);
     }
@@ -93,7 +93,7 @@ impl Cli {
     }
 
     /// The API's own JSON for `path`, with the operator token.
-    async fn api_json(&self, path: &str) -> Value {
+    pub async fn api_json(&self, path: &str) -> Value {
         let response = Client::new(&self.url)
             .with_token(&self.operator)
             .request(reqwest::Method::GET, path)

@@ -13,7 +13,12 @@ use crate::{cli::Cli, terminal::Terminal};
 const WAIT: Duration = Duration::from_secs(15);
 
 /// The screen's line that mentions `needle`, once `pred` holds for it.
-async fn line_with(term: &Terminal, needle: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
+pub(crate) async fn line_with(
+    term: &Terminal,
+    needle: &str,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+) -> String {
     eventually(what, WAIT, || async {
         let screen = term.capture().await;
         screen.lines().find(|l| l.contains(needle) && pred(l)).map(str::to_owned)

@@ -19,6 +19,7 @@ use crate::{
     inbox::InboxPane,
     keymap::{KeyAction, Mode},
     layout,
+    webhooks::{self, EndpointHealth},
 };
 
 /// How long a changed row stays highlighted.
@@ -62,6 +63,8 @@ pub enum Action {
         followed: Followed,
     },
     TestSent(Result<NotificationAccepted, String>),
+    /// The webhook endpoints and their recent deliveries.
+    Webhooks(Result<Vec<EndpointHealth>, String>),
 }
 
 /// Network work for the event loop to start.
@@ -85,6 +88,8 @@ pub enum Command {
     ReloadInbox(UserId),
     CloseInbox,
     SendTest(UserId),
+    /// The endpoints, and each one's newest messages.
+    LoadWebhooks,
     Quit,
 }
 
@@ -151,6 +156,10 @@ pub struct App {
     pub screen: (u16, u16),
     /// How far the help overlay is scrolled.
     pub help_scroll: usize,
+    /// The webhooks panel's last load (`None` until one arrives).
+    pub webhooks: Option<Result<Vec<EndpointHealth>, String>>,
+    /// When the panel last asked for a load.
+    pub webhooks_asked_ms: i64,
     pub quit: bool,
 }
 
@@ -181,6 +190,8 @@ impl App {
             message: None,
             screen: (80, 24),
             help_scroll: 0,
+            webhooks: None,
+            webhooks_asked_ms: 0,
             quit: false,
         }
     }
@@ -258,6 +269,10 @@ impl App {
                 self.feed.expire_highlights(now_ms, HIGHLIGHT_MS);
                 if self.message.as_ref().is_some_and(|m| now_ms - m.at_ms > MESSAGE_MS) {
                     self.message = None;
+                }
+                if self.mode == Mode::Webhooks && now_ms - self.webhooks_asked_ms >= webhooks::REFRESH_MS {
+                    self.webhooks_asked_ms = now_ms;
+                    return vec![Command::LoadWebhooks];
                 }
                 Vec::new()
             }
@@ -356,6 +371,10 @@ impl App {
                 self.complain(format!("the test notification was refused: {e}"));
                 Vec::new()
             }
+            Action::Webhooks(result) => {
+                self.webhooks = Some(result);
+                Vec::new()
+            }
         }
     }
 
@@ -448,6 +467,11 @@ impl App {
                 None => self.complain("pick a user first (u)"),
             },
             (Mode::Normal, K::CloseInbox) if self.inbox.take().is_some() => return vec![Command::CloseInbox],
+            (Mode::Normal, K::ShowWebhooks) => {
+                self.mode = Mode::Webhooks;
+                self.webhooks_asked_ms = self.now_ms;
+                return vec![Command::LoadWebhooks];
+            }
             (Mode::Normal, K::ToggleHelp) => {
                 self.help_scroll = 0;
                 self.mode = Mode::Help;
@@ -482,7 +506,7 @@ impl App {
                 self.detail = None;
                 self.mode = Mode::Normal;
             }
-            (Mode::Filter | Mode::Help, K::Close) => self.mode = Mode::Normal,
+            (Mode::Filter | Mode::Help | Mode::Webhooks, K::Close) => self.mode = Mode::Normal,
             _ => {}
         }
         Vec::new()

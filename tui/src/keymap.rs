@@ -15,6 +15,8 @@ pub enum Mode {
     Confirm,
     /// An item's detail.
     Detail,
+    /// The webhook endpoints and how their deliveries go.
+    Webhooks,
     Help,
 }
 
@@ -39,6 +41,7 @@ pub enum KeyAction {
     PickUser,
     SendTest,
     CloseInbox,
+    ShowWebhooks,
     ToggleHelp,
     Yes,
     No,
@@ -134,6 +137,7 @@ pub const KEYMAP: &[Binding] = &[
     bind(N, &[Char('u')], A::PickUser, "watch a user's inbox"),
     bind(N, &[Char('n')], A::SendTest, "send the user a test in-app notification"),
     bind(N, &[Char('x')], A::CloseInbox, "close the inbox pane"),
+    bind(N, &[Char('w')], A::ShowWebhooks, "webhook endpoints: status and recent success rate"),
     bind(N, &[Char('?')], A::ToggleHelp, "this help"),
     bind(N, &[Char('q')], A::Quit, "quit"),
     bind(Some(Mode::Filter), &[Char('c')], A::CycleChannel, "next channel"),
@@ -147,6 +151,7 @@ pub const KEYMAP: &[Binding] = &[
     bind(Some(Mode::Confirm), &[Char('n'), Esc], A::No, "no"),
     bind(Some(Mode::Detail), &[Esc, Enter, Char('q')], A::Close, "close the detail"),
     bind(Some(Mode::Detail), &[Char('r')], A::Retry, "retry this item"),
+    bind(Some(Mode::Webhooks), &[Esc, Char('w'), Char('q')], A::Close, "close the webhooks panel"),
     bind(Some(Mode::Help), &[Up, Char('k')], A::Up, "scroll the help up"),
     bind(Some(Mode::Help), &[Down, Char('j')], A::Down, "scroll the help down"),
     bind(Some(Mode::Help), &[Esc, Char('?'), Char('q')], A::Close, "close the help"),

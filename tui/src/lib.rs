@@ -14,6 +14,7 @@ pub mod keymap;
 pub mod layout;
 pub mod net;
 pub mod ui;
+pub mod webhooks;
 
 use std::{
     io::Write,

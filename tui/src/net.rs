@@ -10,6 +10,7 @@ use herald_common::{
     api::{
         activity::BulkRetryIn,
         notifications::{Channel, NotificationIn},
+        webhooks::WebhookDeliveryQuery,
     },
     client::{
         ActivityQuery, Client, ClientError, ConnectionState, FollowOptions, Followed, Follower, InboxQuery,
@@ -18,7 +19,10 @@ use herald_common::{
 };
 use tokio::{sync::mpsc, task::JoinHandle};
 
-use crate::app::{Action, Command};
+use crate::{
+    app::{Action, Command},
+    webhooks::{EndpointHealth, RECENT},
+};
 
 /// A short text for an error of a call: the problem's code, status and detail.
 fn describe(error: ClientError) -> String {
@@ -162,6 +166,10 @@ impl Net {
                     Action::TestSent(server.send_notification(&n, None).await.map_err(describe))
                 });
             }
+            Command::LoadWebhooks => {
+                let client = self.operator.clone();
+                self.spawn(async move { Action::Webhooks(webhooks(&client).await.map_err(describe)) });
+            }
             Command::Quit => {}
         }
     }
@@ -202,6 +210,20 @@ impl Net {
             .await;
         }));
     }
+}
+
+/// Every endpoint with its newest messages (their pages load side by side).
+async fn webhooks(client: &Client) -> Result<Vec<EndpointHealth>, ClientError> {
+    let endpoints = client.webhooks().await?.endpoints;
+    let recent = WebhookDeliveryQuery { limit: Some(RECENT), ..Default::default() };
+    let loads = endpoints.into_iter().map(|endpoint| {
+        let recent = recent.clone();
+        async move {
+            let page = client.webhook_deliveries(&endpoint.endpoint_id, &recent).await?;
+            Ok(EndpointHealth::of(endpoint, &page))
+        }
+    });
+    futures_util::future::try_join_all(loads).await
 }
 
 /// The bulk retry's filter for the dashboard's channel filter.

@@ -13,6 +13,7 @@ pub mod suppressions;
 pub mod templates;
 pub mod token;
 pub mod tui;
+pub mod webhooks;
 
 use std::{
     path::{Path, PathBuf},
@@ -120,6 +121,20 @@ pub fn duration(text: &str) -> Result<Duration, String> {
     })
 }
 
+/// `--page`, `--limit` and `--all` of a list command.
+#[derive(clap::Args, Clone, Copy)]
+pub struct PageArgs {
+    /// Page number, from 1.
+    #[arg(long, default_value_t = 1)]
+    pub page: u32,
+    /// Items per page (1 to 100).
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+    /// Walk every page.
+    #[arg(long)]
+    pub all: bool,
+}
+
 /// A page of a list endpoint (`{total_count, page, limit, items}`), as `--page`, `--limit` and
 /// `--all` walk it.
 pub trait Paged: serde::Serialize {
@@ -145,6 +160,7 @@ macro_rules! paged {
 paged! {
     herald_common::api::activity::ActivityList => herald_common::api::activity::ActivityItem,
     herald_common::api::suppressions::SuppressionList => herald_common::api::suppressions::Suppression,
+    herald_common::api::webhooks::WebhookDeliveryList => herald_common::api::webhooks::WebhookDelivery,
 }
 
 /// Prints page `first` of a list, or with `all` every page from it: a table of `row`s (with a

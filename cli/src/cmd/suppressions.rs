@@ -30,15 +30,8 @@ pub enum Command {
         /// Only the entries of this address or number (matched by its hash, never shown).
         #[arg(long, value_name = "ADDR")]
         recipient: Option<String>,
-        /// Page number, from 1.
-        #[arg(long, default_value_t = 1)]
-        page: u32,
-        /// Entries per page (1 to 100).
-        #[arg(long, default_value_t = 20)]
-        limit: u32,
-        /// Walk every page.
-        #[arg(long)]
-        all: bool,
+        #[command(flatten)]
+        pages: super::PageArgs,
     },
     /// Stop sending to a recipient (a `manual` entry).
     Add {
@@ -61,10 +54,15 @@ impl Command {
         let client = ctx.operator()?;
         let out = &ctx.out;
         match self {
-            Command::List { channel, reason, recipient, page, limit, all } => {
-                let query =
-                    SuppressionQuery { channel, reason, recipient, page: Some(page), limit: Some(limit) };
-                list(out, &client, query, all).await
+            Command::List { channel, reason, recipient, pages } => {
+                let query = SuppressionQuery {
+                    channel,
+                    reason,
+                    recipient,
+                    page: Some(pages.page),
+                    limit: Some(pages.limit),
+                };
+                list(out, &client, query, pages.all).await
             }
             Command::Add { channel, to, category } => {
                 let entry = SuppressionIn {

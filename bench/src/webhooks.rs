@@ -1,0 +1,297 @@
+//! `herald-bench webhooks`: event webhooks delivered to a loopback receiver (an axum server in
+//! this process that answers at once; it checks no signature, so the daemon is what is measured).
+//! Every event here is a `notification.delivered` of an in-app dispatch (in-app is delivered at
+//! once, so each accepted dispatch is one event).
+//!
+//! 1. **Dispatch cost**: in-app dispatches accepted per second with no endpoint, then with one
+//!    subscribed, then with none and one again (alternating, so the database's growth is shared).
+//! 2. **Throughput**: `--fan-out` endpoints subscribed, `--events` dispatches as fast as they are
+//!    taken; deliveries per second from the first dispatch to the last delivery.
+//! 3. **Latency**: one endpoint, `--rate` dispatches a second for `--seconds`; for each delivery,
+//!    its arrival minus the event's `timestamp` (when the change committed): event → first attempt.
+//! 4. **Isolation**: a dead endpoint (it answers 503 at once) is given a backlog of `--backlog`
+//!    events, then step 3 runs again beside it; the healthy endpoint's p99 against step 3's.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::Context as _;
+use axum::{
+    Router,
+    body::Bytes,
+    extract::{Path, State},
+    http::StatusCode,
+    routing::post,
+};
+use herald_common::Timestamp;
+use reqwest::Method;
+use serde_json::json;
+
+use crate::{BackendArg, backend_of, engine_name, load, smtp, start_daemon_with};
+
+pub struct Options {
+    pub backend: BackendArg,
+    pub events: usize,
+    pub fan_out: usize,
+    pub rate: usize,
+    pub seconds: u64,
+    pub backlog: usize,
+    pub requests: usize,
+    pub daemon: PathBuf,
+}
+
+/// What one endpoint of the receiver got.
+#[derive(Default)]
+struct Seen {
+    count: usize,
+    last: Option<Instant>,
+    /// Arrival minus the event's timestamp, in ms.
+    lag_ms: Vec<i64>,
+}
+
+type Book = Arc<Mutex<HashMap<String, Seen>>>;
+
+async fn receive(State(book): State<Book>, Path(name): Path<String>, body: Bytes) -> StatusCode {
+    if name.starts_with("dead") {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
+    let now = Instant::now();
+    let arrived = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64);
+    let at = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| Timestamp::parse(v["timestamp"].as_str()?).ok());
+    if let Ok(mut book) = book.lock() {
+        let seen = book.entry(name).or_default();
+        seen.count += 1;
+        seen.last = Some(now);
+        if let (Some(at), Ok(arrived)) = (at, arrived) {
+            seen.lag_ms.push(arrived - at.millis());
+        }
+    }
+    StatusCode::NO_CONTENT
+}
+
+struct Receiver {
+    base: String,
+    book: Book,
+}
+
+impl Receiver {
+    async fn start() -> anyhow::Result<Receiver> {
+        let book: Book = Arc::default();
+        let app = Router::new().route("/hook/{name}", post(receive)).with_state(book.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://127.0.0.1:{}", listener.local_addr()?.port());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(Receiver { base, book })
+    }
+
+    fn count(&self, name: &str) -> usize {
+        self.book.lock().map(|b| b.get(name).map_or(0, |s| s.count)).unwrap_or(0)
+    }
+
+    fn take(&self, name: &str) -> Seen {
+        self.book.lock().ok().and_then(|mut b| b.remove(name)).unwrap_or_default()
+    }
+
+    /// Waits until `name` has `count` deliveries (or `limit` passes).
+    async fn wait_for(&self, name: &str, count: usize, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.count(name) < count {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+}
+
+/// The daemon's API as the bench calls it (the API key of the bootstrapped tenant).
+struct Api {
+    url: String,
+    key: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    /// Subscribes `hook_url` to `notification.delivered`; the endpoint's id.
+    async fn add_endpoint(&self, hook_url: &str) -> anyhow::Result<String> {
+        let response = self
+            .http
+            .post(format!("{}/api/v1/webhooks", self.url))
+            .bearer_auth(&self.key)
+            .json(&json!({"url": hook_url, "event_types": ["notification.delivered"]}))
+            .send()
+            .await?;
+        let status = response.status();
+        let body: serde_json::Value = response.json().await?;
+        anyhow::ensure!(status == reqwest::StatusCode::CREATED, "adding an endpoint: {status} {body}");
+        body["endpoint_id"].as_str().map(str::to_owned).context("no endpoint_id")
+    }
+
+    async fn remove_endpoint(&self, id: &str) -> anyhow::Result<()> {
+        let url = format!("{}/api/v1/webhooks/{id}", self.url);
+        let status = self.http.delete(url).bearer_auth(&self.key).send().await?.status();
+        anyhow::ensure!(status.is_success(), "removing an endpoint: {status}");
+        Ok(())
+    }
+}
+
+fn in_app() -> load::MakeRequest {
+    Arc::new(|i| {
+        (
+            Method::POST,
+            "/api/v1/notifications".into(),
+            Some(
+                json!({"channel": "in_app", "recipient": format!("user-{}", i % 1000), "title": "Bench", "body": "A webhook benchmark"}),
+            ),
+        )
+    })
+}
+
+fn in_app_body(i: usize) -> serde_json::Value {
+    json!({"channel": "in_app", "recipient": format!("user-{}", i % 1000), "title": "Bench", "body": "A webhook benchmark"})
+}
+
+/// Percentile `p` of sorted lags in ms.
+fn lag(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[(((p / 100.0) * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]
+}
+
+/// `--rate` in-app dispatches a second for `--seconds` with `name` subscribed: the lags of its
+/// deliveries, sorted, and how many of the events it got.
+async fn paced_lags(
+    api: &Api,
+    receiver: &Receiver,
+    name: &str,
+    o: &Options,
+) -> anyhow::Result<(Vec<i64>, usize, usize)> {
+    let total = o.rate * o.seconds as usize;
+    let paced =
+        load::paced(&api.url, &api.key, "/api/v1/notifications", o.rate, total, in_app_body, |_| {}).await;
+    receiver.wait_for(name, paced.accepted, Duration::from_secs(120)).await;
+    let mut seen = receiver.take(name);
+    seen.lag_ms.sort_unstable();
+    Ok((seen.lag_ms, seen.count, paced.accepted))
+}
+
+pub async fn run(o: Options) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let backend = backend_of(o.backend)?;
+    let database_url = backend.fresh_database_url(dir.path()).await;
+    let (smtp_port, _) = smtp::start().await?;
+    let receiver = Receiver::start().await?;
+    let settings = vec![("HERALD_WEBHOOK_ALLOWED_NETWORKS".to_owned(), "127.0.0.0/8".to_owned())];
+    let d =
+        start_daemon_with(&o.daemon, dir.path(), &database_url, smtp_port, false, &settings, None).await?;
+    let api = Api { url: d.url.clone(), key: d.boot.api_key.clone(), http: reqwest::Client::new() };
+    let nothing: Arc<dyn Fn(usize, Instant) + Send + Sync> = Arc::new(|_, _| {});
+    let engine = engine_name(backend);
+    let hook = |name: &str| format!("{}/hook/{name}", receiver.base);
+
+    // Warm up.
+    load::run(&d.url, Some(&api.key), 2_000, 64, in_app(), nothing.clone()).await;
+
+    // 1. In-app dispatch with no endpoint and with one subscribed, alternating.
+    println!("\n{engine}: in-app dispatch, {} requests per row, concurrency 64\n", o.requests);
+    println!("| endpoints subscribed | accepted/s | p50 ms | p99 ms | errors |");
+    println!("|---|---|---|---|---|");
+    for round in 0..4 {
+        let subscribed = round % 2 == 1;
+        let endpoint = match subscribed {
+            true => Some(api.add_endpoint(&hook("dispatch")).await?),
+            false => None,
+        };
+        let report = load::run(&d.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
+        println!(
+            "| {} | {:.0} | {:.2} | {:.2} | {} |",
+            usize::from(subscribed),
+            report.per_second(),
+            report.percentile(50.0).as_secs_f64() * 1000.0,
+            report.percentile(99.0).as_secs_f64() * 1000.0,
+            report.errors
+        );
+        if let Some(id) = endpoint {
+            receiver.wait_for("dispatch", report.ok, Duration::from_secs(120)).await;
+            api.remove_endpoint(&id).await?;
+            receiver.take("dispatch");
+        }
+    }
+
+    // 2. Throughput: every event to `fan_out` endpoints.
+    let mut ids = Vec::new();
+    for i in 0..o.fan_out {
+        ids.push(api.add_endpoint(&hook(&format!("fan-{i}"))).await?);
+    }
+    let started = Instant::now();
+    let dispatched = load::run(&d.url, Some(&api.key), o.events, 64, in_app(), nothing.clone()).await;
+    let mut delivered = 0;
+    let mut last = started;
+    for i in 0..o.fan_out {
+        let name = format!("fan-{i}");
+        receiver.wait_for(&name, dispatched.ok, Duration::from_secs(600)).await;
+        let seen = receiver.take(&name);
+        delivered += seen.count;
+        last = last.max(seen.last.unwrap_or(started));
+    }
+    let took = last - started;
+    println!(
+        "\n{engine}: {} events × {} endpoints: {delivered} deliveries in {:.2} s from the first dispatch = {:.0} deliveries/s (dispatch took {:.2} s, {} errors)",
+        dispatched.ok,
+        o.fan_out,
+        took.as_secs_f64(),
+        delivered as f64 / took.as_secs_f64(),
+        dispatched.elapsed.as_secs_f64(),
+        dispatched.errors,
+    );
+    for id in ids {
+        api.remove_endpoint(&id).await?;
+    }
+
+    // 3. Latency at a steady rate, one endpoint.
+    let healthy = api.add_endpoint(&hook("healthy")).await?;
+    let (alone, got, sent) = paced_lags(&api, &receiver, "healthy", &o).await?;
+    println!(
+        "\n{engine}: {} events/s for {} s to one endpoint: {got} of {sent} delivered; event → first attempt p50 {} ms, p99 {} ms, max {} ms",
+        o.rate,
+        o.seconds,
+        lag(&alone, 50.0),
+        lag(&alone, 99.0),
+        lag(&alone, 100.0)
+    );
+
+    // 4. The same beside a dead endpoint with a backlog.
+    api.remove_endpoint(&healthy).await?;
+    let dead = api.add_endpoint(&hook("dead")).await?;
+    let filled = Instant::now();
+    let backlog = load::run(&d.url, Some(&api.key), o.backlog, 64, in_app(), nothing.clone()).await;
+    println!(
+        "\n{engine}: a backlog of {} events for a dead endpoint (503 at once) in {:.1} s",
+        backlog.ok,
+        filled.elapsed().as_secs_f64()
+    );
+    let _healthy = api.add_endpoint(&hook("healthy")).await?;
+    let (beside, got, sent) = paced_lags(&api, &receiver, "healthy", &o).await?;
+    let (p99_alone, p99_beside) = (lag(&alone, 99.0), lag(&beside, 99.0));
+    println!(
+        "{engine}: beside it, {} events/s for {} s: {got} of {sent} delivered; p50 {} ms, p99 {} ms ({:+.0} % against alone), max {} ms",
+        o.rate,
+        o.seconds,
+        lag(&beside, 50.0),
+        p99_beside,
+        (p99_beside as f64 / p99_alone.max(1) as f64 - 1.0) * 100.0,
+        lag(&beside, 100.0)
+    );
+    let _ = dead;
+    let mut child = d.child;
+    let _ = child.kill().await;
+    Ok(())
+}
