@@ -160,6 +160,22 @@ prefixed_id!(/// An event.
     EventId, "evt_");
 prefixed_id!(/// An entry of a tenant's suppression list.
     SuppressionId, "sup_");
+prefixed_id!(/// An outbound webhook endpoint.
+    WebhookEndpointId, "whe_");
+prefixed_id!(/// One webhook message (an event on its way to one endpoint): the `webhook-id` of every
+    /// attempt to send it.
+    MessageId, "msg_");
+
+impl MessageId {
+    /// The id of a stored message, made from its row: its creation time in the first 48 bits (so
+    /// ids sort by time, as the others do) and its row number in the last 80. The same row always
+    /// gives the same id, so every attempt, and a recovery, sends the same `webhook-id`.
+    pub fn of_row(created_at_millis: i64, row: i64) -> Self {
+        let millis = u128::from(u64::try_from(created_at_millis).unwrap_or(0)) & 0xffff_ffff_ffff;
+        let row = u128::from(u64::try_from(row).unwrap_or(0));
+        Self(format!("{}{}", Self::PREFIX, encode_base32((millis << 80) | row)))
+    }
+}
 
 /// An activity item's id: a notification's or an OTP transaction's.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -333,6 +349,15 @@ mod tests {
         assert!(UserId::parse(&"a".repeat(129)).is_err());
         assert!(UserId::parse("a b").is_err());
         assert!(serde_json::from_str::<UserId>("\"a/b\"").is_err());
+    }
+
+    #[test]
+    fn message_ids_of_rows_are_stable_and_sort_by_time() {
+        let a = MessageId::of_row(1_700_000_000_000, 7);
+        assert_eq!(a, MessageId::of_row(1_700_000_000_000, 7));
+        assert_eq!(MessageId::parse(a.as_str()), Ok(a.clone()));
+        assert!(a < MessageId::of_row(1_700_000_000_001, 1));
+        assert!(a < MessageId::of_row(1_700_000_000_000, 8));
     }
 
     #[test]

@@ -34,10 +34,14 @@ pub enum Scope {
     SuppressionsRead,
     #[serde(rename = "suppressions:write")]
     SuppressionsWrite,
+    #[serde(rename = "webhooks:read")]
+    WebhooksRead,
+    #[serde(rename = "webhooks:write")]
+    WebhooksWrite,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 13] = [
+    pub const ALL: [Scope; 15] = [
         Scope::NotificationsSend,
         Scope::NotificationsRead,
         Scope::OtpSend,
@@ -51,11 +55,14 @@ impl Scope {
         Scope::ActivityRetry,
         Scope::SuppressionsRead,
         Scope::SuppressionsWrite,
+        Scope::WebhooksRead,
+        Scope::WebhooksWrite,
     ];
 
     /// Scopes a new key gets when none are named: everything except those that must be asked
-    /// for explicitly (`otp:custom_code`, `activity:retry`, and the suppression list's, which
-    /// lifts what stops sends to people who left).
+    /// for explicitly (`otp:custom_code`, `activity:retry`, the suppression list's, which
+    /// lifts what stops sends to people who left, and the webhooks', which send the tenant's
+    /// events to a URL of the caller's choosing).
     pub fn defaults() -> Vec<Scope> {
         Self::ALL.into_iter().filter(|s| !s.is_explicit()).collect()
     }
@@ -64,7 +71,12 @@ impl Scope {
     pub const fn is_explicit(self) -> bool {
         matches!(
             self,
-            Scope::OtpCustomCode | Scope::ActivityRetry | Scope::SuppressionsRead | Scope::SuppressionsWrite
+            Scope::OtpCustomCode
+                | Scope::ActivityRetry
+                | Scope::SuppressionsRead
+                | Scope::SuppressionsWrite
+                | Scope::WebhooksRead
+                | Scope::WebhooksWrite
         )
     }
 
@@ -83,6 +95,8 @@ impl Scope {
             Scope::ActivityRetry => "activity:retry",
             Scope::SuppressionsRead => "suppressions:read",
             Scope::SuppressionsWrite => "suppressions:write",
+            Scope::WebhooksRead => "webhooks:read",
+            Scope::WebhooksWrite => "webhooks:write",
         }
     }
 
@@ -135,6 +149,8 @@ mod tests {
         assert!(!defaults.contains(&Scope::ActivityRetry));
         assert!(!defaults.contains(&Scope::SuppressionsRead));
         assert!(!defaults.contains(&Scope::SuppressionsWrite));
-        assert_eq!(defaults.len(), Scope::ALL.len() - 4);
+        assert!(!defaults.contains(&Scope::WebhooksRead));
+        assert!(!defaults.contains(&Scope::WebhooksWrite));
+        assert_eq!(defaults.len(), Scope::ALL.len() - 6);
     }
 }

@@ -11,4 +11,5 @@ pub mod otp;
 pub mod suppressions;
 pub mod templates;
 pub mod users;
+pub mod webhooks;
 pub mod whoami;

@@ -17,6 +17,7 @@ pub use log::TARGET as LOG_TARGET;
 mod notifications;
 mod otp;
 mod users;
+mod webhooks;
 
 pub use reqwest::Error as TransportError;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
