@@ -13,15 +13,12 @@ use std::{
 };
 
 use herald_common::{
-    api::{
-        admin::Bootstrapped,
-        notifications::{Channel, DeliveryStatus, NotificationIn},
-    },
+    api::notifications::{Channel, DeliveryStatus, NotificationIn},
     client::Client,
 };
 use herald_tests::{Backend, both_backends, peers::SmtpSink};
 
-use crate::process::{heraldd, run, start_serving};
+use crate::process::{bootstrap_and_serve, serve_configured};
 
 const TOTAL: usize = 2000;
 const KILL_AFTER: usize = 1000;
@@ -39,14 +36,7 @@ async fn sigkill_mid_burst_loses_nothing(backend: Backend) {
             .env("HERALD_RETRY_SCHEDULE", "100ms,100ms,100ms")
             .env("HERALD_LOG", "warn,herald_daemon=info,herald_daemon::delivery=warn");
     };
-    let mut bootstrap = heraldd(dir.path());
-    configure(&mut bootstrap);
-    let (_, out, _) = run(bootstrap.args(["admin", "bootstrap", "--json"])).await;
-    let boot: Bootstrapped = serde_json::from_str(out.trim()).unwrap();
-
-    let mut first = heraldd(dir.path());
-    configure(&mut first);
-    let (child, addr, _logs) = start_serving(&mut first).await;
+    let (boot, (child, addr, _logs)) = bootstrap_and_serve(dir.path(), &configure).await;
     let client = Client::new(format!("http://{addr}")).with_token(&boot.api_key);
 
     // Dispatch with 32 requests in flight; SIGKILL once KILL_AFTER have been acknowledged.
@@ -83,9 +73,7 @@ async fn sigkill_mid_burst_loses_nothing(backend: Backend) {
     child.wait().await.unwrap();
 
     // Restart on the same database: everything acknowledged reaches a final state.
-    let mut second = heraldd(dir.path());
-    configure(&mut second);
-    let (_child, addr, _logs) = start_serving(&mut second).await;
+    let (_child, addr, _logs) = serve_configured(dir.path(), &configure).await;
     let client = Client::new(format!("http://{addr}")).with_token(&boot.api_key);
     let mut pending: HashSet<String> = accepted.iter().map(|(_, id)| id.clone()).collect();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);

@@ -26,3 +26,4 @@ mod suppressions;
 mod terminal;
 mod tui;
 mod unavailable;
+mod webhooks;

@@ -17,6 +17,7 @@ mod receipts;
 mod suppressions;
 mod templates;
 mod users;
+mod webhooks;
 
 use axum::{
     Router,
@@ -68,6 +69,7 @@ use crate::{error::ApiError, state::AppState};
         (name = "activity", description = "The masked delivery timeline, and retries"),
         (name = "inbox", description = "End users' inboxes and live streams"),
         (name = "receipts", description = "The providers' delivery receipts, authenticated by the providers' signatures"),
+        (name = "webhooks", description = "Outbound event webhooks in the Standard Webhooks format"),
     )
 )]
 struct ApiDoc;
@@ -105,6 +107,7 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
         .merge(templates::router())
         .merge(domains::router())
         .merge(suppressions::router())
+        .merge(webhooks::router())
         .merge(receipts::router());
     if dev { router.merge(dev::router()) } else { router }
 }

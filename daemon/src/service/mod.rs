@@ -13,6 +13,7 @@ pub mod receipts;
 pub mod suppressions;
 pub mod templates;
 pub mod validate;
+pub mod webhooks;
 
 use std::time::Duration;
 

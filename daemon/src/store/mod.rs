@@ -29,6 +29,7 @@ mod receipts;
 mod streams;
 mod suppressions;
 mod templates;
+mod webhooks;
 pub(crate) mod writer;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
@@ -56,6 +57,10 @@ pub use receipts::{NewReceipt, ReceiptOutcome, ReceiptRecord};
 pub use streams::OpenStream;
 pub use suppressions::{NewSuppression, NotificationRecipient, SuppressionFilter, SuppressionRecord};
 pub use templates::TemplateRecord;
+pub use webhooks::{
+    AttemptRow, ClaimedMessage, DueEndpoint, EndpointChanges, MessageRecord, Verdict, WebhookAttemptRecord,
+    WebhookEndpointRecord,
+};
 pub use writer::runtime::CRASH_LOOP as WRITER_CRASH_LOOP;
 
 use crate::{
@@ -309,6 +314,8 @@ pub struct Store {
     /// Counts this daemon's committed changes of activity items, for the operators' streams to
     /// wake on (see [`Store::activity_changes_here`]).
     activity: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Wakes the webhook dispatcher when messages are inserted (see [`Store::webhook_wake`]).
+    webhook_wake: Arc<tokio::sync::Notify>,
 }
 
 /// A JSON object stored as text (an in-app notification's `data`), parsed when the row is read.
@@ -399,6 +406,15 @@ impl Store {
         SQLITE_MIGRATIONS.run(&mut migrating).await?;
         sqlx::Connection::close(migrating).await?;
         let write_conn = local::open(path, synchronous_full)?;
+        // The outbox's triggers insert webhook messages inside the writer's transactions; the
+        // dispatcher's claim queues behind the batch, so it runs after the commit.
+        let webhook_wake = Arc::new(tokio::sync::Notify::new());
+        let wake = webhook_wake.clone();
+        write_conn.update_hook(Some(move |action, _: &str, table: &str, _| {
+            if action == rusqlite::hooks::Action::SQLITE_INSERT && table == "webhook_messages" {
+                wake.notify_one();
+            }
+        }))?;
         let pool = SqlitePoolOptions::new()
             .max_connections(readers)
             .min_connections(1)
@@ -412,6 +428,7 @@ impl Store {
             otp_messages: Arc::default(),
             hub: Arc::default(),
             activity: Arc::new(tokio::sync::watch::Sender::new(0)),
+            webhook_wake,
         })
     }
 
@@ -435,6 +452,7 @@ impl Store {
             otp_messages: Arc::default(),
             hub: Arc::default(),
             activity: Arc::new(tokio::sync::watch::Sender::new(0)),
+            webhook_wake: Arc::new(tokio::sync::Notify::new()),
         })
     }
 
