@@ -66,6 +66,8 @@ CREATE INDEX webhook_messages_order ON webhook_messages (endpoint_id, subject_id
 CREATE INDEX webhook_messages_by_endpoint ON webhook_messages (endpoint_id, id);
 CREATE INDEX webhook_messages_leased ON webhook_messages (lease) WHERE lease IS NOT NULL;
 CREATE INDEX webhook_messages_by_event ON webhook_messages (event_id);
+-- Housekeeping deletes settled messages after 30 days.
+CREATE INDEX webhook_messages_settled ON webhook_messages (updated_at) WHERE status <> 'pending';
 
 CREATE TABLE webhook_attempts (
     message_id    BIGINT NOT NULL REFERENCES webhook_messages (id) ON DELETE CASCADE,

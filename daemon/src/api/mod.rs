@@ -56,6 +56,9 @@ use crate::{error::ApiError, state::AppState};
         herald_common::stream::Resync,
         herald_common::api::inbox::InboxItem,
         herald_common::api::activity::ActivityItem,
+        herald_common::api::webhooks::WebhookEvent,
+        herald_common::api::suppressions::Suppression,
+        herald_common::api::domains::DomainOut,
     )),
     modifiers(&SecuritySchemes),
     tags(

@@ -406,21 +406,30 @@ impl Store {
         SQLITE_MIGRATIONS.run(&mut migrating).await?;
         sqlx::Connection::close(migrating).await?;
         let write_conn = local::open(path, synchronous_full)?;
-        // The outbox's triggers insert webhook messages inside the writer's transactions; the
-        // dispatcher's claim queues behind the batch, so it runs after the commit.
+        // The outbox's triggers insert webhook messages inside the writer's transactions: the
+        // update hook notes it, and the dispatcher is woken once the batch has committed, when
+        // its reads can see them.
         let webhook_wake = Arc::new(tokio::sync::Notify::new());
-        let wake = webhook_wake.clone();
+        let inserted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let noted = inserted.clone();
         write_conn.update_hook(Some(move |action, _: &str, table: &str, _| {
             if action == rusqlite::hooks::Action::SQLITE_INSERT && table == "webhook_messages" {
-                wake.notify_one();
+                noted.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }))?;
+        let wake = webhook_wake.clone();
+        let after_batch = Box::new(move || {
+            if inserted.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                wake.notify_one();
+            }
+        });
         let pool = SqlitePoolOptions::new()
             .max_connections(readers)
             .min_connections(1)
             .connect_with(options.clone().read_only(true))
             .await?;
-        let writer = writer::runtime::spawn_sqlite(write_conn, local::open(path, synchronous_full)?)?;
+        let writer =
+            writer::runtime::spawn_sqlite(write_conn, local::open(path, synchronous_full)?, after_batch)?;
         Ok(Store {
             readers: Readers::Sqlite(pool),
             writer,

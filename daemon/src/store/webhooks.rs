@@ -541,24 +541,30 @@ impl Store {
         self.webhook_wake.notify_one();
     }
 
-    /// What the dispatcher waits on between its rounds: inserted messages (SQLite: the writer's
-    /// update hook; PostgreSQL: `herald_webhooks` NOTIFYs at commit, heard by
-    /// [`Store::listen_for_changes`]).
+    /// What the dispatcher waits on between its rounds: inserted messages, once committed
+    /// (SQLite: the writer's update hook notes them and the batch's end wakes; PostgreSQL:
+    /// `herald_webhooks` NOTIFYs at commit, heard by [`Store::listen_for_changes`]).
     pub fn webhook_wake(&self) -> &std::sync::Arc<tokio::sync::Notify> {
         &self.webhook_wake
     }
 
-    /// Deletes events that no message refers to any more (their endpoints were removed), older
-    /// than `before`; how many.
-    pub async fn delete_orphan_webhook_events(&self, before: i64) -> StoreResult<u64> {
+    /// Deletes the messages settled (succeeded or failed) before `before`, with their attempts,
+    /// and the events no message refers to any more; how many messages.
+    pub async fn delete_settled_webhook_messages(&self, before: i64) -> StoreResult<u64> {
         self.write(move |conn| {
             Box::pin(async move {
+                let deleted = execute!(
+                    conn,
+                    "DELETE FROM webhook_messages WHERE status <> 'pending' AND updated_at < $1",
+                    before
+                )?;
                 execute!(
                     conn,
                     "DELETE FROM webhook_events WHERE occurred_at < $1
                      AND NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.event_id = webhook_events.id)",
                     before
-                )
+                )?;
+                Ok(deleted)
             })
         })
         .await

@@ -40,6 +40,8 @@ use crate::{
 pub const MAX_URL_LEN: usize = 2048;
 /// The longest description.
 pub const MAX_DESCRIPTION_LEN: usize = 1024;
+/// How long a settled (succeeded or failed) message is kept for `deliveries` and `recover`.
+pub const RETENTION: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 /// What an operator's disabling says.
 const DISABLED_BY_OPERATOR: &str = "disabled by an operator";
 
