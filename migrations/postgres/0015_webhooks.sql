@@ -80,7 +80,9 @@ CREATE INDEX webhook_attempts_by_message ON webhook_attempts (message_id, attemp
 
 -- Fan-out: one message per enabled endpoint of the tenant that wants the event. An endpoint of
 -- one application gets that application's events and the tenant's own (domains, suppressions).
--- A message waits behind an earlier pending message about the same subject. Every daemon hears
+-- A message waits behind an earlier pending message about the same subject: it is due no
+-- sooner than one that waits for its next attempt (one being sent holds it back through the
+-- dispatcher's claim, which takes messages of one subject in order). Every daemon hears
 -- `herald_webhooks` at commit and claims what is due.
 CREATE FUNCTION herald_webhook_fan_out() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -89,7 +91,7 @@ BEGIN
     SELECT e.id, v.id, v.event_type, v.subject_id, 'pending',
            GREATEST(v.occurred_at, COALESCE((SELECT MAX(p.next_attempt_at) FROM webhook_messages p
                                              WHERE p.endpoint_id = e.id AND p.subject_id = v.subject_id
-                                               AND p.status = 'pending'), 0)),
+                                               AND p.status = 'pending' AND p.lease IS NULL), 0)),
            v.occurred_at, v.occurred_at
     FROM new_events v JOIN webhook_endpoints e ON e.tenant_id = v.tenant_id AND e.status = 'enabled'
       AND ((v.endpoint_id IS NULL

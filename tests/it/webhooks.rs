@@ -32,7 +32,7 @@ use herald_common::{
 };
 use herald_tests::{
     Backend, TestDaemon, both_backends, eventually,
-    peers::{Received, SmtpSink, WebhookReceiver},
+    peers::{Received, SmtpSink, TwilioServer, TwilioSigner, WebhookReceiver},
 };
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -694,3 +694,92 @@ both_backends!(
     sigkill_while_delivering_loses_and_invents_nothing_on_each_backend,
     sigkill_while_delivering_loses_and_invents_nothing
 );
+
+/// A provider's receipt moves a notification's status, and the move is an event: an SMS sent
+/// through the Twilio peer, then Twilio's signed callback saying `delivered` (signed by Twilio's
+/// own library), arrive as `notification.sent` then `notification.delivered`, in that order.
+async fn a_receipt_is_an_event(backend: Backend) {
+    const PUBLIC_URL: &str = "https://herald.example.test";
+    let twilio = TwilioServer::start("AC123", "twilio-token").await;
+    let mut extra = env();
+    extra.extend(twilio.daemon_env());
+    extra.push(("HERALD_PUBLIC_URL", PUBLIC_URL.to_owned()));
+    let d = TestDaemon::start_with(backend, extra).await;
+    let boot = d.bootstrap().await;
+    let key = d.with_token(&boot.api_key);
+    let receiver = WebhookReceiver::start().await;
+    endpoint(&key, &receiver, "sms", None).await;
+
+    let sent = key
+        .send_notification(&NotificationIn::new(Channel::Sms, "+14155550100", "Your order shipped"), None)
+        .await
+        .unwrap()
+        .notification_id;
+    let message = twilio.wait_for(1, WAIT).await.remove(0);
+    let sid = message.sid.expect("the peer accepted the message");
+    let fields = [("MessageSid", sid.as_str()), ("MessageStatus", "delivered"), ("AccountSid", "AC123")];
+    let signature = TwilioSigner::start().await.sign("twilio-token", &message.status_callback, &fields).await;
+    let path = message.status_callback.strip_prefix(PUBLIC_URL).unwrap();
+    let answer = d
+        .client
+        .request(Method::POST, path)
+        .form(&fields)
+        .header("X-Twilio-Signature", signature)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::NO_CONTENT);
+
+    let got = receiver.wait_for("sms", 2, WAIT).await;
+    let types: Vec<&str> = got.iter().map(Received::event_type).collect();
+    assert_eq!(types, ["notification.sent", "notification.delivered"]);
+    assert!(got.iter().all(|r| r.body["data"]["transaction_id"] == sent.as_str()));
+    assert_eq!(got[1].body["data"]["status"], "delivered");
+    assert_eq!(got[1].body["data"]["recipient_masked"], "+14*******00");
+}
+both_backends!(a_receipt_is_an_event_on_each_backend, a_receipt_is_an_event);
+
+/// Two daemons on one PostgreSQL share the dispatch: every event arrives, each once (their
+/// claims skip what the other holds), in order per subject.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_share_the_dispatch_on_postgres() {
+    if !Backend::Postgres.available() {
+        return;
+    }
+    let (first, _boot, key, receiver) = start(Backend::Postgres).await;
+    let second = first.start_sharing(env()).await;
+    endpoint(&key, &receiver, "shared", None).await;
+    let second_key = second.with_token(&_boot.api_key);
+    let mut created = Vec::new();
+    for i in 0..40 {
+        let client = if i % 2 == 0 { &key } else { &second_key };
+        let entry: Suppression = client
+            .post(
+                "/api/v1/suppressions",
+                &SuppressionIn {
+                    channel: Channel::Email,
+                    recipient: format!("two{i}@example.com"),
+                    category: None,
+                    reason: None,
+                },
+            )
+            .await
+            .unwrap();
+        client.delete(&format!("/api/v1/suppressions/{}", entry.suppression_id)).await.unwrap();
+        created.push(entry.suppression_id);
+    }
+    let got = receiver.wait_for("shared", 80, WAIT).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got_now = receiver.received("shared");
+    assert_eq!(got_now.len(), 80, "each message once: {} requests", got_now.len());
+    let ids: HashSet<&str> = got.iter().map(|r| r.webhook_id.as_str()).collect();
+    assert_eq!(ids.len(), 80);
+    for id in &created {
+        let of_it: Vec<&str> = got
+            .iter()
+            .filter(|r| r.body["data"]["suppression_id"] == id.as_str())
+            .map(Received::event_type)
+            .collect();
+        assert_eq!(of_it, ["suppression.created", "suppression.deleted"], "{id}");
+    }
+}

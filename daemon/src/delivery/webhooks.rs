@@ -80,6 +80,8 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
     loop {
         while let Ok(endpoint) = finished.try_recv() {
             release(&mut in_flight, &endpoint);
+            // What waited behind the message just sent may go now.
+            stalled.remove(&endpoint);
         }
         while let Some(joined) = tasks.try_join_next() {
             report_panic(joined);
@@ -145,7 +147,10 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
             .min(POLL);
         tokio::select! {
             _ = wake.notified() => {}
-            Some(endpoint) = finished.recv() => release(&mut in_flight, &endpoint),
+            Some(endpoint) = finished.recv() => {
+                release(&mut in_flight, &endpoint);
+                stalled.remove(&endpoint);
+            }
             _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
             _ = shutdown.cancelled() => break,
         }

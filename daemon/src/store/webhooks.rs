@@ -186,6 +186,18 @@ const CLAIM_POSTGRES: &str = "UPDATE webhook_messages SET next_attempt_at = $3, 
                              AND p.status = 'pending' AND p.id < m.id)
          ORDER BY m.next_attempt_at, m.id LIMIT $5 FOR UPDATE SKIP LOCKED)";
 
+/// Moves due messages that wait behind an earlier pending message about the same subject, which
+/// waits for a later retry, to that retry's time.
+const DEFER_BLOCKED: &str = "UPDATE webhook_messages SET next_attempt_at = (
+         SELECT MAX(p.next_attempt_at) FROM webhook_messages p
+         WHERE p.endpoint_id = webhook_messages.endpoint_id AND p.subject_id = webhook_messages.subject_id
+           AND p.status = 'pending' AND p.id < webhook_messages.id AND p.lease IS NULL)
+     WHERE endpoint_id = $1 AND status = 'pending' AND next_attempt_at <= $2
+       AND EXISTS (SELECT 1 FROM webhook_messages p
+                   WHERE p.endpoint_id = webhook_messages.endpoint_id AND p.subject_id = webhook_messages.subject_id
+                     AND p.status = 'pending' AND p.id < webhook_messages.id AND p.lease IS NULL
+                     AND p.next_attempt_at > $2)";
+
 impl Store {
     pub async fn insert_webhook_endpoint(&self, record: WebhookEndpointRecord) -> StoreResult<()> {
         self.write(move |conn| {
@@ -424,6 +436,10 @@ impl Store {
                 let claim = if conn.engine() == Engine::Postgres { CLAIM_POSTGRES } else { CLAIM_SQLITE };
                 let claimed = execute!(conn, claim, &endpoint_id, now, lease_until, &lease, limit)?;
                 if claimed == 0 {
+                    // Due messages that wait behind an earlier one's retry (written while that
+                    // one was being sent) are due no sooner than it, so they are not asked for
+                    // again before then.
+                    execute!(conn, DEFER_BLOCKED, &endpoint_id, now)?;
                     return Ok(Vec::new());
                 }
                 fetch!(
