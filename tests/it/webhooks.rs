@@ -75,6 +75,12 @@ async fn endpoint(
     created
 }
 
+/// Adds a suppression (each one is a `suppression.created` event).
+async fn suppress(key: &Client, channel: Channel, recipient: &str) -> Suppression {
+    let entry = SuppressionIn { channel, recipient: recipient.to_owned(), category: None, reason: None };
+    key.post("/api/v1/suppressions", &entry).await.unwrap()
+}
+
 fn field_errors(body: &Value) -> Vec<String> {
     body["errors"]
         .as_array()
@@ -345,18 +351,7 @@ async fn events_follow_notifications_otps_and_suppressions(backend: Backend) {
     in_app.title = Some("Hi".into());
     let inbox = key.send_notification(&in_app, None).await.unwrap();
     // suppression.created, then notification.suppressed.
-    let entry: Suppression = key
-        .post(
-            "/api/v1/suppressions",
-            &SuppressionIn {
-                channel: Channel::Email,
-                recipient: "gone@example.com".into(),
-                category: None,
-                reason: None,
-            },
-        )
-        .await
-        .unwrap();
+    let entry = suppress(&key, Channel::Email, "gone@example.com").await;
     let mut stopped = NotificationIn::new(Channel::Email, "gone@example.com", "Hello");
     stopped.subject = Some("Hi".into());
     let suppressed = key.send_notification(&stopped, None).await.unwrap().notification_id;
@@ -433,18 +428,7 @@ async fn order_per_subject_survives_retries(backend: Backend) {
     .await;
     // The first request fails twice: the deletion must wait behind the creation's retries.
     receiver.set_answers("ordered", &["500", "500", "ok"]);
-    let entry: Suppression = key
-        .post(
-            "/api/v1/suppressions",
-            &SuppressionIn {
-                channel: Channel::Sms,
-                recipient: "+14155550111".into(),
-                category: None,
-                reason: None,
-            },
-        )
-        .await
-        .unwrap();
+    let entry = suppress(&key, Channel::Sms, "+14155550111").await;
     key.delete(&format!("/api/v1/suppressions/{}", entry.suppression_id)).await.unwrap();
     let got = receiver.wait_for("ordered", 4, WAIT).await;
     let types: Vec<&str> = got.iter().map(Received::event_type).collect();
@@ -469,18 +453,7 @@ async fn a_slow_endpoint_does_not_delay_another(backend: Backend) {
     receiver.set_answers("slow", &["slow:2500"]);
     let started = std::time::Instant::now();
     for i in 0..30 {
-        let _: Suppression = key
-            .post(
-                "/api/v1/suppressions",
-                &SuppressionIn {
-                    channel: Channel::Email,
-                    recipient: format!("s{i}@example.com"),
-                    category: None,
-                    reason: None,
-                },
-            )
-            .await
-            .unwrap();
+        suppress(&key, Channel::Email, &format!("s{i}@example.com")).await;
     }
     receiver.wait_for("fast", 30, WAIT).await;
     let took = started.elapsed();
@@ -754,18 +727,7 @@ async fn two_daemons_share_the_dispatch_on_postgres() {
     let mut created = Vec::new();
     for i in 0..40 {
         let client = if i % 2 == 0 { &key } else { &second_key };
-        let entry: Suppression = client
-            .post(
-                "/api/v1/suppressions",
-                &SuppressionIn {
-                    channel: Channel::Email,
-                    recipient: format!("two{i}@example.com"),
-                    category: None,
-                    reason: None,
-                },
-            )
-            .await
-            .unwrap();
+        let entry = suppress(client, Channel::Email, &format!("two{i}@example.com")).await;
         client.delete(&format!("/api/v1/suppressions/{}", entry.suppression_id)).await.unwrap();
         created.push(entry.suppression_id);
     }
@@ -833,18 +795,7 @@ async fn first_attempts_follow_the_commit_at_once(backend: Backend) {
     endpoint(&key, &receiver, "fast", None).await;
     const EVENTS: usize = 100;
     for i in 0..EVENTS {
-        let _: Suppression = key
-            .post(
-                "/api/v1/suppressions",
-                &SuppressionIn {
-                    channel: Channel::Email,
-                    recipient: format!("l{i}@example.com"),
-                    category: None,
-                    reason: None,
-                },
-            )
-            .await
-            .unwrap();
+        suppress(&key, Channel::Email, &format!("l{i}@example.com")).await;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let got = receiver.wait_for("fast", EVENTS, WAIT).await;
