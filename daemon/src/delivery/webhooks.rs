@@ -350,7 +350,7 @@ impl Send {
                     gone: status == StatusCode::GONE,
                 }
             }
-            Err(e) => failed(describe(&e)),
+            Err(e) => failed(describe(&e.without_url())),
         }
     }
 
@@ -372,7 +372,8 @@ impl Send {
     }
 }
 
-/// A transport failure in words: timeout, refused connection, refused address…
+/// A transport failure in words: timeout, refused connection, refused address… (without the
+/// URL, which may carry a token of the integrator's).
 fn describe(error: &reqwest::Error) -> String {
     if error.is_timeout() {
         return "timed out".to_owned();
@@ -389,7 +390,6 @@ fn describe(error: &reqwest::Error) -> String {
         }
         source = e.source();
     }
-    // The URL is the integrator's; the error need not repeat it.
     text.chars().take(500).collect()
 }
 

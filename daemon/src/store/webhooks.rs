@@ -609,8 +609,9 @@ async fn fail_pending(conn: &mut Conn<'_>, endpoint_id: &WebhookEndpointId, now:
 async fn record_attempt(conn: &mut Conn<'_>, a: WebhookAttemptRecord) -> StoreResult<Disabled> {
     execute!(
         conn,
+        // Nothing to record if the endpoint, and so the message, was removed meanwhile.
         "INSERT INTO webhook_attempts (message_id, attempted_at, http_status, error, duration_ms)
-         VALUES ($1, $2, $3, $4, $5)",
+         SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM webhook_messages WHERE id = $1)",
         a.message_id,
         a.at,
         a.http_status.map(i64::from),
