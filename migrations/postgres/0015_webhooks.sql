@@ -123,6 +123,10 @@ $$;
 -- statement whatever its size.
 CREATE FUNCTION herald_webhook_notifications_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    -- No endpoint anywhere: nothing to join the statement's rows with.
+    IF NOT EXISTS (SELECT 1 FROM webhook_endpoints WHERE status = 'enabled') THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO webhook_events (tenant_id, application_id, event_type, subject_id, data, occurred_at)
     SELECT c.tenant_id, c.application_id, 'notification.' || c.status, c.id,
            herald_webhook_item(c.id, c.application_id, c.channel, c.recipient_masked, c.status, c.failure_reason,
@@ -137,6 +141,10 @@ END
 $$;
 CREATE FUNCTION herald_webhook_notifications_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    -- No endpoint anywhere: nothing to join the statement's rows with.
+    IF NOT EXISTS (SELECT 1 FROM webhook_endpoints WHERE status = 'enabled') THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO webhook_events (tenant_id, application_id, event_type, subject_id, data, occurred_at)
     SELECT c.tenant_id, c.application_id, 'notification.' || c.status, c.id,
            herald_webhook_item(c.id, c.application_id, c.channel, c.recipient_masked, c.status, c.failure_reason,
