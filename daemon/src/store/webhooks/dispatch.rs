@@ -1,72 +1,14 @@
-//! Outbound event webhooks (CONTRACT §10): endpoints, the outbox of events and their messages,
-//! and the dispatcher's claims and outcomes.
-//!
-//! Events are not written here: the triggers of migration 0015 insert them, with their messages,
-//! in the transaction of the change they report (see the migration). This module reads them,
-//! leases due messages to a dispatcher (`next_attempt_at` holds the lease's end while a message
-//! is being sent, so a crashed daemon's messages come due again by themselves), and records what
-//! each attempt found.
+//! The dispatcher's side of the outbox: which endpoints have messages due, leasing them in
+//! order, recording each attempt and what it decides (a retry, giving up, disabling the
+//! endpoint), the list `deliveries` shows, and recovery.
 
 use herald_common::{
-    api::webhooks::{EndpointStatus, EventType, MessageStatus},
-    ids::{ApplicationId, TenantId, WebhookEndpointId},
+    api::webhooks::{EventType, MessageStatus},
+    ids::WebhookEndpointId,
 };
 
-use super::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
-
-/// An endpoint as stored. The secret is not: it is derived from the server secret, the id and
-/// `secret_generation`.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct WebhookEndpointRecord {
-    pub id: WebhookEndpointId,
-    pub tenant_id: TenantId,
-    pub application_id: Option<ApplicationId>,
-    pub url: String,
-    pub description: Option<String>,
-    /// `,type,type,`; `None`: every type.
-    pub event_types: Option<String>,
-    pub status: EndpointStatus,
-    pub disabled_reason: Option<String>,
-    pub secret_generation: i64,
-    /// The previous generation also signs until then.
-    pub previous_until: Option<i64>,
-    pub failing_since: Option<i64>,
-    pub created_at: i64,
-    pub updated_at: i64,
-}
-
-super::local::local_row!(WebhookEndpointRecord {
-    id,
-    tenant_id,
-    application_id,
-    url,
-    description,
-    event_types,
-    status,
-    disabled_reason,
-    secret_generation,
-    previous_until,
-    failing_since,
-    created_at,
-    updated_at
-});
-
-macro_rules! endpoint_columns {
-    () => {
-        "id, tenant_id, application_id, url, description, event_types, status, disabled_reason, \
-         secret_generation, previous_until, failing_since, created_at, updated_at"
-    };
-}
-
-/// The changes of a `PATCH`: each `Some` is set.
-#[derive(Clone, Debug, Default)]
-pub struct EndpointChanges {
-    pub url: Option<String>,
-    pub description: Option<Option<String>>,
-    pub event_types: Option<Option<String>>,
-    /// `Disabled` with the reason, or `Enabled` (which clears the reason and the failure clock).
-    pub status: Option<(EndpointStatus, Option<String>)>,
-}
+use super::{fail_pending, notify_webhooks};
+use crate::store::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
 
 /// An enabled endpoint and when its first pending message is due (`None`: nothing pending).
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -78,7 +20,7 @@ pub struct DueEndpoint {
     pub next_due: Option<i64>,
 }
 
-super::local::local_row!(DueEndpoint { id, url, secret_generation, previous_until, next_due });
+crate::store::local::local_row!(DueEndpoint { id, url, secret_generation, previous_until, next_due });
 
 /// A message leased to this daemon, with its event.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -96,7 +38,7 @@ pub struct ClaimedMessage {
     pub occurred_at: i64,
 }
 
-super::local::local_row!(ClaimedMessage {
+crate::store::local::local_row!(ClaimedMessage {
     id,
     created_at,
     attempts,
@@ -152,7 +94,7 @@ pub struct MessageRecord {
     pub created_at: i64,
 }
 
-super::local::local_row!(MessageRecord { id, event_type, status, next_attempt_at, created_at });
+crate::store::local::local_row!(MessageRecord { id, event_type, status, next_attempt_at, created_at });
 
 /// An attempt as `deliveries` lists it.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -164,7 +106,7 @@ pub struct AttemptRow {
     pub duration_ms: i64,
 }
 
-super::local::local_row!(AttemptRow { message_id, attempted_at, http_status, error, duration_ms });
+crate::store::local::local_row!(AttemptRow { message_id, attempted_at, http_status, error, duration_ms });
 
 const CLAIM_SQLITE: &str = "UPDATE webhook_messages SET next_attempt_at = $3, lease = $4, updated_at = $2
      WHERE id IN (
@@ -199,214 +141,6 @@ const DEFER_BLOCKED: &str = "UPDATE webhook_messages SET next_attempt_at = (
                      AND p.next_attempt_at > $2)";
 
 impl Store {
-    pub async fn insert_webhook_endpoint(&self, record: WebhookEndpointRecord) -> StoreResult<()> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                execute!(
-                    conn,
-                    concat!(
-                        "INSERT INTO webhook_endpoints (",
-                        endpoint_columns!(),
-                        ")
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
-                    ),
-                    &record.id,
-                    &record.tenant_id,
-                    &record.application_id,
-                    &record.url,
-                    &record.description,
-                    &record.event_types,
-                    &record.status,
-                    &record.disabled_reason,
-                    record.secret_generation,
-                    record.previous_until,
-                    record.failing_since,
-                    record.created_at,
-                    record.updated_at
-                )?;
-                Ok(())
-            })
-        })
-        .await
-    }
-
-    pub async fn webhook_endpoints(&self, tenant_id: &TenantId) -> StoreResult<Vec<WebhookEndpointRecord>> {
-        let mut conn = self.read().await?;
-        fetch!(
-            &mut conn.conn(),
-            fetch_all,
-            WebhookEndpointRecord,
-            concat!(
-                "SELECT ",
-                endpoint_columns!(),
-                " FROM webhook_endpoints WHERE tenant_id = $1 ORDER BY id"
-            ),
-            tenant_id
-        )
-    }
-
-    pub async fn webhook_endpoint(
-        &self,
-        tenant_id: &TenantId,
-        id: &WebhookEndpointId,
-    ) -> StoreResult<Option<WebhookEndpointRecord>> {
-        let mut conn = self.read().await?;
-        fetch!(
-            &mut conn.conn(),
-            fetch_optional,
-            WebhookEndpointRecord,
-            concat!(
-                "SELECT ",
-                endpoint_columns!(),
-                " FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2"
-            ),
-            tenant_id,
-            id
-        )
-    }
-
-    /// Applies a `PATCH`; `None` if there is no such endpoint in the tenant. Disabling fails the
-    /// endpoint's pending messages (`recover` sends them again).
-    pub async fn update_webhook_endpoint(
-        &self,
-        tenant_id: TenantId,
-        id: WebhookEndpointId,
-        changes: EndpointChanges,
-        now: i64,
-    ) -> StoreResult<Option<WebhookEndpointRecord>> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                let (status, reason) = match changes.status {
-                    Some((status, reason)) => (Some(status), reason),
-                    None => (None, None),
-                };
-                let updated = execute!(
-                    conn,
-                    "UPDATE webhook_endpoints SET
-                         url = COALESCE($3, url),
-                         description = CASE WHEN $4 THEN $5 ELSE description END,
-                         event_types = CASE WHEN $6 THEN $7 ELSE event_types END,
-                         disabled_reason = CASE WHEN $8 IS NULL OR status = $8 THEN disabled_reason
-                                                WHEN $8 = 'enabled' THEN NULL ELSE $9 END,
-                         failing_since = CASE WHEN $8 = 'enabled' AND status <> 'enabled' THEN NULL
-                                              ELSE failing_since END,
-                         status = COALESCE($8, status),
-                         updated_at = $10
-                     WHERE tenant_id = $1 AND id = $2",
-                    &tenant_id,
-                    &id,
-                    &changes.url,
-                    changes.description.is_some(),
-                    changes.description.flatten(),
-                    changes.event_types.is_some(),
-                    changes.event_types.flatten(),
-                    status,
-                    reason,
-                    now
-                )?;
-                if updated == 0 {
-                    return Ok(None);
-                }
-                if status == Some(EndpointStatus::Disabled) {
-                    fail_pending(conn, &id, now).await?;
-                }
-                fetch!(
-                    conn,
-                    fetch_optional,
-                    WebhookEndpointRecord,
-                    concat!("SELECT ", endpoint_columns!(), " FROM webhook_endpoints WHERE id = $1"),
-                    &id
-                )
-            })
-        })
-        .await
-    }
-
-    /// Removes an endpoint and its messages; `false` if there is none in the tenant.
-    pub async fn delete_webhook_endpoint(
-        &self,
-        tenant_id: TenantId,
-        id: WebhookEndpointId,
-    ) -> StoreResult<bool> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                Ok(execute!(
-                    conn,
-                    "DELETE FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2",
-                    &tenant_id,
-                    &id
-                )? == 1)
-            })
-        })
-        .await
-    }
-
-    /// Moves the secret to its next generation; the current one keeps signing until
-    /// `previous_until`. The endpoint after the change, if there is one in the tenant.
-    pub async fn rotate_webhook_secret(
-        &self,
-        tenant_id: TenantId,
-        id: WebhookEndpointId,
-        previous_until: i64,
-        now: i64,
-    ) -> StoreResult<Option<WebhookEndpointRecord>> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                fetch!(
-                    conn,
-                    fetch_optional,
-                    WebhookEndpointRecord,
-                    concat!(
-                        "UPDATE webhook_endpoints
-                         SET secret_generation = secret_generation + 1, previous_until = $3, updated_at = $4
-                         WHERE tenant_id = $1 AND id = $2 RETURNING ",
-                        endpoint_columns!()
-                    ),
-                    &tenant_id,
-                    &id,
-                    previous_until,
-                    now
-                )
-            })
-        })
-        .await
-    }
-
-    /// Writes a `webhook.test` event for one endpoint (its trigger makes the message); returns
-    /// the message's row number and creation time.
-    pub async fn add_webhook_test_event(
-        &self,
-        tenant_id: TenantId,
-        endpoint_id: WebhookEndpointId,
-        now: i64,
-    ) -> StoreResult<Option<(i64, i64)>> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                let data = serde_json::json!({ "endpoint_id": endpoint_id }).to_string();
-                let event_id = scalar!(
-                    conn,
-                    fetch_one,
-                    i64,
-                    "INSERT INTO webhook_events (tenant_id, application_id, endpoint_id, event_type, subject_id, data,
-                                                 occurred_at)
-                     VALUES ($1, NULL, $2, 'webhook.test', $2, $3, $4) RETURNING id",
-                    &tenant_id,
-                    &endpoint_id,
-                    &data,
-                    now
-                )?;
-                fetch!(
-                    conn,
-                    fetch_optional,
-                    (i64, i64),
-                    "SELECT id, created_at FROM webhook_messages WHERE event_id = $1",
-                    event_id
-                )
-            })
-        })
-        .await
-    }
-
     /// The enabled endpoints, each with when its first pending message is due.
     pub async fn due_webhook_endpoints(&self) -> StoreResult<Vec<DueEndpoint>> {
         let mut conn = self.read().await?;
@@ -550,62 +284,9 @@ impl Store {
         })
         .await
     }
-
-    /// Wakes this daemon's dispatcher (a message came due without a new insert: a recovery, a
-    /// re-enabled endpoint). Other daemons hear the NOTIFY of the writing transaction, if any.
-    pub fn wake_webhooks(&self) {
-        self.webhook_wake.notify_one();
-    }
-
-    /// What the dispatcher waits on between its rounds: inserted messages, once committed
-    /// (SQLite: the writer's update hook notes them and the batch's end wakes; PostgreSQL:
-    /// `herald_webhooks` NOTIFYs at commit, heard by [`Store::listen_for_changes`]).
-    pub fn webhook_wake(&self) -> &std::sync::Arc<tokio::sync::Notify> {
-        &self.webhook_wake
-    }
-
-    /// Deletes the messages settled (succeeded or failed) before `before`, with their attempts,
-    /// and the events no message refers to any more; how many messages.
-    pub async fn delete_settled_webhook_messages(&self, before: i64) -> StoreResult<u64> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                let deleted = execute!(
-                    conn,
-                    "DELETE FROM webhook_messages WHERE status <> 'pending' AND updated_at < $1",
-                    before
-                )?;
-                execute!(
-                    conn,
-                    "DELETE FROM webhook_events WHERE occurred_at < $1
-                     AND NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.event_id = webhook_events.id)",
-                    before
-                )?;
-                Ok(deleted)
-            })
-        })
-        .await
-    }
 }
 
-/// Tells the other daemons sharing PostgreSQL that messages came due (at commit).
-async fn notify_webhooks(conn: &mut Conn<'_>) -> StoreResult<()> {
-    if conn.engine() == Engine::Postgres {
-        execute!(conn, "SELECT pg_notify('herald_webhooks', '')")?;
-    }
-    Ok(())
-}
-
-/// Fails an endpoint's pending messages (it was disabled).
-async fn fail_pending(conn: &mut Conn<'_>, endpoint_id: &WebhookEndpointId, now: i64) -> StoreResult<u64> {
-    execute!(
-        conn,
-        "UPDATE webhook_messages SET status = 'failed', next_attempt_at = NULL, lease = NULL, updated_at = $2
-         WHERE endpoint_id = $1 AND status = 'pending'",
-        endpoint_id,
-        now
-    )
-}
-
+/// The statements of [`Store::record_webhook_attempt`].
 async fn record_attempt(conn: &mut Conn<'_>, a: WebhookAttemptRecord) -> StoreResult<Disabled> {
     execute!(
         conn,
