@@ -351,11 +351,18 @@ async fn events_follow_notifications_otps_and_suppressions(backend: Backend) {
     otp.code = Some("246810".into());
     let otp = key.send_otp(&otp, None).await.unwrap();
     key.verify_otp(&otp.transaction_id, "246810").await.unwrap();
+    // otp.tombstoned: five wrong codes.
+    let mut guessed = OtpSendIn::new(Channel::Sms, "+14155550199");
+    guessed.code = Some("135790".into());
+    let guessed = key.send_otp(&guessed, None).await.unwrap();
+    for _ in 0..5 {
+        key.verify_otp(&guessed.transaction_id, "000000").await.unwrap_err();
+    }
     // suppression.deleted.
     key.delete(&format!("/api/v1/suppressions/{}", entry.suppression_id)).await.unwrap();
 
-    // Eight: the relay's 550 also suppressed the address (a hard bounce), which is an event too.
-    let got = receiver.wait_for("all", 8, WAIT).await;
+    // Nine: the relay's 550 also suppressed the address (a hard bounce), which is an event too.
+    let got = receiver.wait_for("all", 9, WAIT).await;
     let find = |event: &str, subject: &str| -> Received {
         got.iter()
             .find(|r| {
@@ -380,6 +387,9 @@ async fn events_follow_notifications_otps_and_suppressions(backend: Backend) {
     let stop = find("notification.suppressed", suppressed.as_str());
     assert!(stop.body["data"]["failure_reason"].as_str().unwrap().starts_with("recipient suppressed"));
     find("otp.verified", otp.transaction_id.as_str());
+    let tombstoned = find("otp.tombstoned", guessed.transaction_id.as_str());
+    assert_eq!(tombstoned.body["data"]["status"], "tombstoned");
+    assert_eq!(tombstoned.body["data"]["retryable"], false);
     let created = find("suppression.created", entry.suppression_id.as_str());
     assert_eq!(created.body["data"]["recipient_masked"], entry.recipient_masked);
     let deleted = find("suppression.deleted", entry.suppression_id.as_str());
