@@ -16,7 +16,7 @@ use crate::{
     auth::MissingScope,
     service::{
         InvalidFields, domains::DomainError, idempotent_replay::ReplayError, notifications::DispatchError,
-        otp::OtpError, receipts::ReceiptError, suppressions::SuppressionError,
+        otp::OtpError, receipts::ReceiptError, suppressions::SuppressionError, webhooks::WebhookError,
     },
     store::StoreError,
 };
@@ -231,6 +231,17 @@ impl From<SuppressionError> for ApiError {
             SuppressionError::Invalid(e) => e.into(),
             SuppressionError::NotFound => ApiError::not_found("suppression"),
             SuppressionError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<WebhookError> for ApiError {
+    fn from(error: WebhookError) -> Self {
+        match error {
+            WebhookError::Invalid(e) => e.into(),
+            WebhookError::NotFound => ApiError::not_found("webhook endpoint"),
+            WebhookError::Disabled => ApiError::new(ErrorCode::Conflict, error.to_string()),
+            WebhookError::Store(e) => e.into(),
         }
     }
 }

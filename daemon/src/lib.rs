@@ -131,6 +131,7 @@ fn start_tasks(
         }};
     }
     task!("delivery-workers", delivery::run_workers);
+    task!("webhook-dispatcher", delivery::webhooks::run_webhooks);
     task!("housekeeping", service::housekeeping);
     task!("domain-checks", service::domains::run_checks);
     task!("stream-registration", stream::renew_daemon);

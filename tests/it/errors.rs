@@ -143,7 +143,8 @@ async fn body_endpoints(d: &TestDaemon) -> Vec<BodyEndpoint> {
             let concrete = path
                 .replace("{user_id}", "someone")
                 .replace("{template_id}", herald_common::ids::TemplateId::new().as_str())
-                .replace("{id}", herald_common::ids::InAppId::new().as_str());
+                .replace("{id}", herald_common::ids::InAppId::new().as_str())
+                .replace("{endpoint_id}", herald_common::ids::WebhookEndpointId::new().as_str());
             assert!(!concrete.contains('{'), "a path parameter this test does not fill: {path}");
             endpoints.push(BodyEndpoint {
                 method: Method::from_bytes(method.to_uppercase().as_bytes()).unwrap(),

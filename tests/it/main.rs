@@ -27,3 +27,5 @@ mod terminal;
 mod tui;
 mod unavailable;
 mod unsubscribe;
+mod webhooks;
+mod webhook_ops;

@@ -126,3 +126,29 @@ fn the_twilio_intake_is_documented_as_a_signed_form() {
     statuses.sort_unstable();
     assert_eq!(statuses, ["204", "400", "403", "413", "503"]);
 }
+
+/// The `webhooks` section (OpenAPI 3.1) lists every event of the catalogue, each with the
+/// Standard Webhooks headers and its body's schema.
+#[test]
+fn the_webhook_events_are_documented() {
+    use herald_common::api::webhooks::EventType;
+    let doc = herald_daemon::api::openapi(false);
+    let webhooks = doc["webhooks"].as_object().expect("a webhooks section");
+    assert_eq!(webhooks.len(), EventType::ALL.len());
+    for event in EventType::ALL {
+        let post = &webhooks[event.as_str()]["post"];
+        let headers: Vec<&str> =
+            post["parameters"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+        assert_eq!(headers, ["webhook-id", "webhook-timestamp", "webhook-signature"], "{event}");
+        let schema = &post["requestBody"]["content"]["application/json"]["schema"];
+        assert_eq!(schema["properties"]["type"]["const"], event.as_str());
+        let data = schema["properties"]["data"]["$ref"].as_str().unwrap();
+        let name = data.rsplit('/').next().unwrap();
+        assert!(doc["components"]["schemas"].get(name).is_some(), "{event}: {data} is not in the components");
+    }
+    assert_eq!(
+        webhooks["otp.verified"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]
+            ["data"]["$ref"],
+        "#/components/schemas/ActivityItem"
+    );
+}

@@ -180,6 +180,29 @@ async fn admin_commands_print_exactly_one_json_object() {
     assert!(err.contains("tnt_"), "{err}");
 }
 
+/// What [`start_serving`] returns: the child, its address and its later log lines.
+pub(crate) type Serving = (Child, String, tokio::sync::mpsc::UnboundedReceiver<String>);
+
+/// `heraldd serve` in `dir`, set up by `configure` (the same for every process of one test).
+pub(crate) async fn serve_configured(dir: &Path, configure: &dyn Fn(&mut Command)) -> Serving {
+    let mut command = heraldd(dir);
+    configure(&mut command);
+    start_serving(&mut command).await
+}
+
+/// `heraldd admin bootstrap` in `dir`, then `heraldd serve`, both set up by `configure`: the
+/// credentials and the serving daemon (which crash tests kill and start again).
+pub(crate) async fn bootstrap_and_serve(
+    dir: &Path,
+    configure: &dyn Fn(&mut Command),
+) -> (Bootstrapped, Serving) {
+    let mut bootstrap = heraldd(dir);
+    configure(&mut bootstrap);
+    let (_, out, _) = run(bootstrap.args(["admin", "bootstrap", "--json"])).await;
+    let boot: Bootstrapped = serde_json::from_str(out.trim()).expect("bootstrap prints JSON");
+    (boot, serve_configured(dir, configure).await)
+}
+
 /// Starts `heraldd` (serve) and returns it with its address, read from its JSON log.
 pub(crate) async fn start_serving(
     command: &mut Command,

@@ -42,7 +42,8 @@ async fn tenant(d: &TestDaemon) -> Tenant {
     Tenant { key: d.with_token(&boot.api_key), token: boot.api_key, operator }
 }
 
-async fn call(
+/// A request with a raw bearer token: the status and the JSON body (`null` when empty).
+pub(crate) async fn call(
     d: &TestDaemon,
     token: &str,
     method: Method,

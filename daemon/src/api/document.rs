@@ -4,7 +4,7 @@
 //! responses describe their events, one schema per event, so that clients and fuzzers can check
 //! what a stream sends.
 
-use herald_common::api::notifications::Channel;
+use herald_common::api::{notifications::Channel, webhooks::EventType};
 use serde_json::{Map, Value, json};
 
 /// The finished document, as JSON.
@@ -20,6 +20,7 @@ pub fn finish(doc: utoipa::openapi::OpenApi) -> Value {
     }
     describe_stream(&mut doc, "/api/v1/in-app/stream", INBOX_EVENTS);
     describe_stream(&mut doc, "/api/v1/activity/stream", ACTIVITY_EVENTS);
+    describe_webhooks(&mut doc);
     apply_rules(&mut doc);
     doc
 }
@@ -62,7 +63,7 @@ fn when_channel(channel: Channel, then: Value) -> Value {
 /// and fuzzers know them: lengths, ranges, patterns, and which fields go with which channel.
 /// The numbers come from the code that enforces them.
 fn apply_rules(doc: &mut Value) {
-    use crate::service::{notifications::body_limit, otp};
+    use crate::service::{notifications::body_limit, otp, webhooks};
     let absent = json!({"type": "null"});
     let longest_body = Channel::ALL.iter().map(|c| body_limit(*c)).max().unwrap_or(0);
     let schemas = &mut doc["components"]["schemas"];
@@ -162,6 +163,79 @@ fn apply_rules(doc: &mut Value) {
         &mut schemas["DomainIn"],
         json!({"properties": {"name": {"pattern": DOMAIN}, "dkim_selector": {"pattern": LABEL}}}),
     );
+    let endpoint_rules = json!({"properties": {
+        "url": {"pattern": HTTP_URL, "maxLength": webhooks::MAX_URL_LEN},
+        "description": {"maxLength": webhooks::MAX_DESCRIPTION_LEN},
+        "event_types": {"minItems": 1},
+    }});
+    merge(&mut schemas["WebhookEndpointIn"], endpoint_rules.clone());
+    merge(&mut schemas["WebhookEndpointPatch"], endpoint_rules);
+}
+
+/// The schema of each event type's `data` (CONTRACT §10).
+fn event_data_schema(event: EventType) -> &'static str {
+    match event {
+        EventType::DomainVerified | EventType::DomainFailed => "DomainOut",
+        EventType::SuppressionCreated | EventType::SuppressionDeleted => "Suppression",
+        EventType::WebhookTest => "WebhookTestData",
+        _ => "ActivityItem",
+    }
+}
+
+/// The `webhooks` section of OpenAPI 3.1: every event Herald sends to an endpoint, with the
+/// Standard Webhooks headers and the body's schema (`type` fixed, `data` the subject as the API
+/// shows it).
+fn describe_webhooks(doc: &mut Value) {
+    let header = |name: &str, description: &str, pattern: &str| {
+        json!({"name": name, "in": "header", "required": true, "description": description,
+               "schema": {"type": "string", "pattern": pattern}})
+    };
+    let parameters = json!([
+        header(
+            "webhook-id",
+            "The message's id: the same on every attempt of one message (deduplicate on it)",
+            "^msg_[0-9a-hjkmnp-tv-z]{26}$"
+        ),
+        header("webhook-timestamp", "When this attempt was signed, in Unix seconds", "^[0-9]+$"),
+        header(
+            "webhook-signature",
+            "`v1,` + base64 of HMAC-SHA256 with the secret's decoded bytes over `id.timestamp.body`; \
+                during a secret rotation's overlap, two of them separated by a space",
+            "^v1,[A-Za-z0-9+/=]+( v1,[A-Za-z0-9+/=]+)*$"
+        ),
+    ]);
+    let mut webhooks = Map::new();
+    for event in EventType::ALL {
+        let body = json!({
+            "allOf": [{"$ref": "#/components/schemas/WebhookEvent"}],
+            "properties": {
+                "type": {"const": event.as_str()},
+                "data": {"$ref": format!("#/components/schemas/{}", event_data_schema(*event))},
+            },
+        });
+        webhooks.insert(
+            event.as_str().to_owned(),
+            json!({"post": {
+                "operationId": format!("webhook_{}", event.as_str().replace('.', "_")),
+                "summary": format!("`{}`", event.as_str()),
+                "tags": ["webhooks"],
+                "parameters": parameters,
+                "requestBody": {"required": true, "content": {"application/json": {"schema": body}}},
+                "responses": {
+                    "2XX": {"description": "Received: any 2xx ends the message's attempts"},
+                    "410": {"description": "The endpoint is gone: Herald disables it at once"},
+                    "default": {"description": "Any other answer, a timeout or no connection: tried again on the schedule"},
+                },
+            }}),
+        );
+    }
+    doc["webhooks"] = Value::Object(webhooks);
+    doc["components"]["schemas"]["WebhookTestData"] = json!({
+        "type": "object",
+        "description": "The data of a `webhook.test` event",
+        "required": ["endpoint_id"],
+        "properties": {"endpoint_id": {"type": "string", "pattern": "^whe_[0-9a-hjkmnp-tv-z]{26}$"}},
+    });
 }
 
 fn problem(description: &str) -> Value {
@@ -223,6 +297,7 @@ fn path_parameter_pattern(name: &str) -> Option<String> {
         "id" => "inapp_",
         "notification_id" => "notif_",
         "template_id" => "tpl_",
+        "endpoint_id" => "whe_",
         _ => return None,
     };
     Some(format!("^{prefix}{BODY}"))

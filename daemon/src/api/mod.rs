@@ -18,6 +18,7 @@ mod suppressions;
 mod templates;
 mod unsubscribe;
 mod users;
+mod webhooks;
 
 use axum::{
     Router,
@@ -56,6 +57,9 @@ use crate::{error::ApiError, state::AppState};
         herald_common::stream::Resync,
         herald_common::api::inbox::InboxItem,
         herald_common::api::activity::ActivityItem,
+        herald_common::api::webhooks::WebhookEvent,
+        herald_common::api::suppressions::Suppression,
+        herald_common::api::domains::DomainOut,
     )),
     modifiers(&SecuritySchemes),
     tags(
@@ -70,6 +74,7 @@ use crate::{error::ApiError, state::AppState};
         (name = "inbox", description = "End users' inboxes and live streams"),
         (name = "receipts", description = "The providers' delivery receipts, authenticated by the providers' signatures"),
         (name = "unsubscribe", description = "One-click unsubscribe links (RFC 8058): pages for the recipients of categorised email, no credential"),
+        (name = "webhooks", description = "Outbound event webhooks in the Standard Webhooks format"),
     )
 )]
 struct ApiDoc;
@@ -107,6 +112,7 @@ fn api_router(dev: bool) -> OpenApiRouter<AppState> {
         .merge(templates::router())
         .merge(domains::router())
         .merge(suppressions::router())
+        .merge(webhooks::router())
         .merge(receipts::router())
         .merge(unsubscribe::router());
     if dev { router.merge(dev::router()) } else { router }

@@ -58,6 +58,8 @@ pub mod scopes {
         ActivityRetry => Some(Scope::ActivityRetry);
         SuppressionsRead => Some(Scope::SuppressionsRead);
         SuppressionsWrite => Some(Scope::SuppressionsWrite);
+        WebhooksRead => Some(Scope::WebhooksRead);
+        WebhooksWrite => Some(Scope::WebhooksWrite);
     }
 }
 

@@ -99,6 +99,12 @@ keys! {
     "retry_schedule" => Some("5s,30s,2m,10m,30m"), "Delays between automatic delivery attempts (ms/s/m/h); after the last, failed.";
     "delivery_workers" => Some("32"), "Deliveries handed to providers at the same time by this daemon.";
     "delivery_lease_seconds" => Some("120"), "How long a worker holds a delivery; a daemon that dies mid-send loses it to another worker after this.";
+    "webhook_retry_schedule" => Some("5s,5m,30m,2h,5h,10h,10h"), "Delays between attempts to send a webhook message (ms/s/m/h), each with ±20 % jitter and never sooner than the endpoint's Retry-After; after the last, the message is failed.";
+    "webhook_timeout" => Some("15s"), "How long one webhook request may take, connection included; longer is a failure.";
+    "webhook_disable_after" => Some("120h"), "An endpoint that fails for this long without one success is disabled.";
+    "webhook_secret_overlap" => Some("24h"), "After a secret rotation, how long the old secret still signs every message beside the new one.";
+    "webhook_allowed_networks" => None, "Comma-separated CIDRs (127.0.0.0/8, 10.0.0.0/8, fd00::/8) that webhook endpoints may reach although they are loopback, private, link-local, CGNAT or multicast. Unset: none.";
+    "webhook_endpoint_concurrency" => Some("16"), "Messages this daemon sends to one endpoint at the same time (a slow endpoint holds only its own).";
     "log" => Some("info"), "Log filter (tracing EnvFilter syntax).";
     "log_format" => Some("text"), "text or json.";
 }
@@ -229,7 +235,20 @@ pub struct Config {
     pub bounce_listen: Option<SocketAddr>,
     /// The domain of the VERP return path.
     pub bounce_domain: String,
+    /// Outbound event webhooks.
+    pub webhooks: WebhookConfig,
     pub dev: bool,
+}
+
+/// How webhook messages are sent (CONTRACT §10).
+#[derive(Clone, Debug)]
+pub struct WebhookConfig {
+    pub retry_schedule: Vec<Duration>,
+    pub timeout: Duration,
+    pub disable_after: Duration,
+    pub secret_overlap: Duration,
+    pub allowed_networks: Vec<ipnet::IpNet>,
+    pub endpoint_concurrency: usize,
 }
 
 /// Raw values by key, each with its source.
@@ -327,6 +346,7 @@ impl Layers {
         let mut p = parse::Parser { layers: &self, errors: self.errors.clone() };
         let sections = (p.server(), p.storage(), p.delivery(), p.domains(), p.operators(), p.logging());
         let receipts = p.receipts(dev);
+        let webhooks = p.webhooks();
         let (
             Some(server),
             Some(storage),
@@ -335,7 +355,8 @@ impl Layers {
             Some(operators),
             Some(logging),
             Some(receipts),
-        ) = (sections.0, sections.1, sections.2, sections.3, sections.4, sections.5, receipts)
+            Some(webhooks),
+        ) = (sections.0, sections.1, sections.2, sections.3, sections.4, sections.5, receipts, webhooks)
         else {
             return Err(ConfigError(p.errors));
         };
@@ -381,6 +402,7 @@ impl Layers {
             whatsapp_verify_token: receipts.whatsapp_verify_token,
             bounce_listen: receipts.bounce_listen,
             bounce_domain,
+            webhooks,
             dev,
         })
     }

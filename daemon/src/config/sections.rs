@@ -4,7 +4,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use super::{
-    DatabaseUrl, LogFormat, OperatorIdp, Secret, SmsProvider, SmtpConfig, WhatsappProvider,
+    DatabaseUrl, LogFormat, OperatorIdp, Secret, SmsProvider, SmtpConfig, WebhookConfig, WhatsappProvider,
     parse::{
         Parser, parse_algorithms, parse_database_url, parse_duration, parse_schedule, parse_seconds,
         parse_smtp_url,
@@ -175,6 +175,35 @@ impl Parser<'_> {
             retry_schedule: retry_schedule?,
             delivery_workers: delivery_workers?,
             delivery_lease: delivery_lease?,
+        })
+    }
+
+    pub(super) fn webhooks(&mut self) -> Option<WebhookConfig> {
+        let retry_schedule = self.parse("webhook_retry_schedule", parse_schedule);
+        let timeout = self.parse(
+            "webhook_timeout",
+            duration_within(Duration::from_millis(100), Duration::from_secs(120), "100ms to 120s"),
+        );
+        let long =
+            || duration_within(Duration::from_secs(1), Duration::from_secs(90 * 24 * 3600), "1s to 90 days");
+        let disable_after = self.parse("webhook_disable_after", long());
+        let secret_overlap = self.parse("webhook_secret_overlap", long());
+        let allowed_networks = self
+            .optional("webhook_allowed_networks", |v| {
+                list(v, |net| {
+                    net.parse::<ipnet::IpNet>()
+                        .map_err(|_| format!("`{net}` is not a CIDR network such as 127.0.0.0/8"))
+                })
+            })
+            .unwrap_or_default();
+        let endpoint_concurrency = self.parse("webhook_endpoint_concurrency", whole_number(1usize, 256));
+        Some(WebhookConfig {
+            retry_schedule: retry_schedule?,
+            timeout: timeout?,
+            disable_after: disable_after?,
+            secret_overlap: secret_overlap?,
+            allowed_networks,
+            endpoint_concurrency: endpoint_concurrency?,
         })
     }
 

@@ -6,6 +6,8 @@
 //! so nothing accepted is ever lost: delivery is at-least-once, and the email Message-ID carries
 //! the notification id so that a resend can be recognised.
 
+pub mod webhooks;
+
 use std::{sync::Arc, time::Duration};
 
 use herald_common::{api::notifications::Channel, ids::TenantId};
@@ -89,16 +91,30 @@ pub async fn run_workers(state: AppState, shutdown: CancellationToken) {
             }
         }
     }
-    let drained = async {
-        while let Some(joined) = tasks.join_next().await {
-            report_panic(joined);
-        }
-    };
-    if tokio::time::timeout(DRAIN, drained).await.is_err() {
+    if !drain(tasks, DRAIN, |joined| {
+        report_panic(joined);
+    })
+    .await
+    {
         tracing::warn!(
             "deliveries still in flight at shutdown; their leases will expire and they will be retried"
         );
     }
+}
+
+/// Waits for the sends still in flight at shutdown, each told to `report`, for at most
+/// `within`; whether they all ended.
+async fn drain(
+    mut tasks: JoinSet<()>,
+    within: Duration,
+    report: impl Fn(Result<(), tokio::task::JoinError>),
+) -> bool {
+    let drained = async {
+        while let Some(joined) = tasks.join_next().await {
+            report(joined);
+        }
+    };
+    tokio::time::timeout(within, drained).await.is_ok()
 }
 
 /// Logs and counts a send whose task panicked (`herald_task_exits_total{task="delivery-worker",

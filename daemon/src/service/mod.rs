@@ -14,6 +14,7 @@ pub mod suppressions;
 pub mod templates;
 pub mod unsubscribe;
 pub mod validate;
+pub mod webhooks;
 
 use std::time::Duration;
 
@@ -40,8 +41,9 @@ fn field_names(errors: &[FieldError]) -> String {
 }
 
 /// Periodic upkeep, every ten minutes: activity counters that reached zero, expired idempotency
-/// keys, OTP failure records older than the longest limit window, and the open-stream records of
-/// daemons that stopped without saying so are deleted.
+/// keys, OTP failure records older than the longest limit window, the open-stream records of
+/// daemons that stopped without saying so, and webhook messages settled more than
+/// [`webhooks::RETENTION`] ago (with the events no message needs any more) are deleted.
 pub async fn housekeeping(state: AppState, shutdown: CancellationToken) {
     let mut every = tokio::time::interval(Duration::from_secs(600));
     loop {
@@ -67,6 +69,12 @@ pub async fn housekeeping(state: AppState, shutdown: CancellationToken) {
             Ok(0) => {}
             Ok(n) => tracing::info!(streams = n, "deleted the streams of daemons that stopped renewing"),
             Err(e) => tracing::warn!(error = %e, "cannot delete lapsed streams"),
+        }
+        let settled = state.clock.now_millis() - webhooks::RETENTION.as_millis() as i64;
+        match state.store.delete_settled_webhook_messages(settled).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(messages = n, "deleted settled webhook messages"),
+            Err(e) => tracing::warn!(error = %e, "cannot delete settled webhook messages"),
         }
     }
 }

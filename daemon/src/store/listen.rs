@@ -1,4 +1,4 @@
-//! Inbox changes from other daemons, and the store's standing work.
+//! Inbox changes and webhook messages from other daemons, and the store's standing work.
 //!
 //! On PostgreSQL every daemon LISTENs on `herald_inbox`; writes that change an inbox NOTIFY
 //! inside their transaction (so the message goes out at commit, or never). When the listening
@@ -13,6 +13,9 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::{Engine, Readers, Store, inbox::INBOX_CHANNEL};
+
+/// What the outbox's trigger NOTIFYs when it inserts webhook messages (migration 0015).
+const WEBHOOK_CHANNEL: &str = "herald_webhooks";
 
 /// The `herald_inbox` NOTIFY payload: one user's new or changed item
 /// ([`super::inbox::notify_payload`]) or a batch's new items
@@ -43,12 +46,14 @@ impl Store {
                     }
                 }
             };
-            if let Err(e) = listener.listen(INBOX_CHANNEL).await {
+            if let Err(e) = listener.listen_all([INBOX_CHANNEL, WEBHOOK_CHANNEL]).await {
                 tracing::warn!(error = %e, "cannot LISTEN; retrying");
                 continue;
             }
-            // Anything missed while not listening is re-read by every stream.
+            // Anything missed while not listening is re-read by every stream, and looked for by
+            // the webhook dispatcher.
             self.hub.wake_all();
+            self.wake_webhooks();
             loop {
                 // `try_recv` (not `recv`, which reconnects silently) reports a lost connection as
                 // `Ok(None)`; notifications sent meanwhile are gone, so every stream re-reads.
@@ -62,7 +67,9 @@ impl Store {
                             "the notification listener reconnected; streams re-read what they may have missed"
                         );
                         self.hub.wake_all();
+                        self.wake_webhooks();
                     }
+                    Ok(Some(n)) if n.channel() == WEBHOOK_CHANNEL => self.wake_webhooks(),
                     Ok(Some(n)) => match serde_json::from_str::<Payload>(n.payload()) {
                         Ok(Payload::Created { c }) => {
                             for (app, user) in &c {

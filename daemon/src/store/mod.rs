@@ -29,6 +29,7 @@ mod receipts;
 mod streams;
 mod suppressions;
 mod templates;
+mod webhooks;
 pub(crate) mod writer;
 
 use std::{str::FromStr, sync::Arc, time::Duration};
@@ -56,6 +57,10 @@ pub use receipts::{NewReceipt, ReceiptOutcome, ReceiptRecord};
 pub use streams::OpenStream;
 pub use suppressions::{NewSuppression, NotificationRecipient, SuppressionFilter, SuppressionRecord};
 pub use templates::TemplateRecord;
+pub use webhooks::{
+    AttemptRow, ClaimedMessage, DueEndpoint, EndpointChanges, MessageRecord, Verdict, WebhookAttemptRecord,
+    WebhookEndpointRecord,
+};
 pub use writer::runtime::CRASH_LOOP as WRITER_CRASH_LOOP;
 
 use crate::{
@@ -309,6 +314,8 @@ pub struct Store {
     /// Counts this daemon's committed changes of activity items, for the operators' streams to
     /// wake on (see [`Store::activity_changes_here`]).
     activity: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Wakes the webhook dispatcher when messages are inserted (see [`Store::webhook_wake`]).
+    webhook_wake: Arc<tokio::sync::Notify>,
 }
 
 /// A JSON object stored as text (an in-app notification's `data`), parsed when the row is read.
@@ -399,12 +406,30 @@ impl Store {
         SQLITE_MIGRATIONS.run(&mut migrating).await?;
         sqlx::Connection::close(migrating).await?;
         let write_conn = local::open(path, synchronous_full)?;
+        // The outbox's triggers insert webhook messages inside the writer's transactions: the
+        // update hook notes it, and the dispatcher is woken once the batch has committed, when
+        // its reads can see them.
+        let webhook_wake = Arc::new(tokio::sync::Notify::new());
+        let inserted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let noted = inserted.clone();
+        write_conn.update_hook(Some(move |action, _: &str, table: &str, _| {
+            if action == rusqlite::hooks::Action::SQLITE_INSERT && table == "webhook_messages" {
+                noted.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }))?;
+        let wake = webhook_wake.clone();
+        let after_batch = Box::new(move || {
+            if inserted.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                wake.notify_one();
+            }
+        });
         let pool = SqlitePoolOptions::new()
             .max_connections(readers)
             .min_connections(1)
             .connect_with(options.clone().read_only(true))
             .await?;
-        let writer = writer::runtime::spawn_sqlite(write_conn, local::open(path, synchronous_full)?)?;
+        let writer =
+            writer::runtime::spawn_sqlite(write_conn, local::open(path, synchronous_full)?, after_batch)?;
         Ok(Store {
             readers: Readers::Sqlite(pool),
             writer,
@@ -412,6 +437,7 @@ impl Store {
             otp_messages: Arc::default(),
             hub: Arc::default(),
             activity: Arc::new(tokio::sync::watch::Sender::new(0)),
+            webhook_wake,
         })
     }
 
@@ -435,6 +461,7 @@ impl Store {
             otp_messages: Arc::default(),
             hub: Arc::default(),
             activity: Arc::new(tokio::sync::watch::Sender::new(0)),
+            webhook_wake: Arc::new(tokio::sync::Notify::new()),
         })
     }
 

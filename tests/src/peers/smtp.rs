@@ -4,23 +4,14 @@
 //! module reads back; per-recipient rules (reject with 550 or 451, delay the DATA reply) live in
 //! `rules.json` there, which the sink re-reads at every RCPT.
 
-use std::{
-    io::ErrorKind,
-    path::{Path, PathBuf},
-    process::Stdio,
-    time::Duration,
-};
+use std::{io::ErrorKind, path::PathBuf, time::Duration};
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tempfile::TempDir;
-use tokio::{
-    io::{AsyncBufReadExt, BufReader},
-    process::{Child, Command},
-};
+use tokio::process::Child;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/peers/smtp_sink.py");
-const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// One message the sink accepted, as it recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,53 +53,11 @@ pub struct SmtpSink {
 impl SmtpSink {
     /// Starts the sink on `127.0.0.1` with a free port and waits until it listens.
     pub async fn start() -> SmtpSink {
-        let python = crate::python();
         let dir = tempfile::tempdir().expect("temp dir for the SMTP sink");
-        // Into a file rather than inherited: it keeps test output quiet, and when the sink does
-        // not come up its contents go into the panic message.
-        let stderr_path = dir.path().join("stderr.log");
-        let stderr = std::fs::File::create(&stderr_path).expect("create the SMTP sink's stderr.log");
-        let mut child = Command::new(&python)
-            .arg(SCRIPT)
-            .arg("--dir")
-            .arg(dir.path())
-            .args(["--host", "127.0.0.1", "--port", "0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {python} {SCRIPT}: {e}; {}", run_through_scripts_test()));
-
-        let stdout = child.stdout.take().expect("the SMTP sink's stdout is piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let ready =
-            tokio::time::timeout(READY_TIMEOUT, async {
-                while let Some(line) = lines.next_line().await.expect("read the SMTP sink's stdout") {
-                    if let Some(port) = line.strip_prefix("READY ") {
-                        return Some(port.trim().parse::<u16>().unwrap_or_else(|e| {
-                            panic!("the SMTP sink printed a bad port in {line:?}: {e}")
-                        }));
-                    }
-                }
-                None
-            })
-            .await;
-        let port = match ready {
-            Ok(Some(port)) => port,
-            Ok(None) => panic!(
-                "the SMTP sink ({python} {SCRIPT}) exited before printing READY; {}\n\
-                 its stderr:\n{}",
-                run_through_scripts_test(),
-                read_lossy(&stderr_path)
-            ),
-            Err(_) => panic!(
-                "the SMTP sink ({python} {SCRIPT}) did not print READY within {READY_TIMEOUT:?}; \
-                 {}\nits stderr:\n{}",
-                run_through_scripts_test(),
-                read_lossy(&stderr_path)
-            ),
-        };
+        // Its stderr goes into a file rather than inherited: it keeps test output quiet, and
+        // when the sink does not come up its contents go into the panic message.
+        let (child, port) =
+            super::start_python_peer(SCRIPT, dir.path(), "SMTP sink", run_through_scripts_test()).await;
         SmtpSink { port, dir, child }
     }
 
@@ -221,10 +170,4 @@ impl Drop for SmtpSink {
 fn run_through_scripts_test() -> &'static str {
     "the SMTP sink needs Python with aiosmtpd: run the tests through scripts/test, which \
      installs tests/requirements.txt into .venv and points HERALD_TEST_PYTHON at it"
-}
-
-fn read_lossy(path: &Path) -> String {
-    std::fs::read(path)
-        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()))
 }

@@ -86,9 +86,13 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
 /// WAL checkpoints run on a second connection and thread (`checkpointer`), so copying pages
 /// into the database file and its fsync never sit inside a commit that callers wait on. The
 /// writer keeps SQLite's automatic checkpoint only as a backstop (at 64 MiB of WAL).
+///
+/// `after_batch` runs on the writer's thread once each batch has committed (or failed): what a
+/// commit must wake (the webhook dispatcher) is woken only when the readers can see it.
 pub(crate) fn spawn_sqlite<L: Lanes>(
     mut connection: rusqlite::Connection,
     checkpointer: rusqlite::Connection,
+    after_batch: Box<dyn Fn() + Send>,
 ) -> StoreResult<WriterHandle<L>> {
     connection.pragma_update(None, "wal_autocheckpoint", 16_384)?;
     let (handle, queue) = WriterHandle::<L>::new(1);
@@ -122,6 +126,7 @@ pub(crate) fn spawn_sqlite<L: Lanes>(
                 let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
                     block_on(run_batch::<L>(&mut Conn::Local(&mut connection), "BEGIN IMMEDIATE", batch))
                 }));
+                after_batch();
                 let Err(panic) = ran else { continue };
                 let give_up = panics.record(panic);
                 if !connection.is_autocommit()

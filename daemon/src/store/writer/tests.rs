@@ -123,7 +123,7 @@ fn file_writer(dir: &std::path::Path) -> WriterHandle<TestLanes> {
     let path = dir.join("w.db");
     let conn = crate::store::local::open(&path, false).unwrap();
     conn.execute_batch("CREATE TABLE t (v INTEGER PRIMARY KEY)").unwrap();
-    runtime::spawn_sqlite(conn, crate::store::local::open(&path, false).unwrap()).unwrap()
+    runtime::spawn_sqlite(conn, crate::store::local::open(&path, false).unwrap(), Box::new(|| {})).unwrap()
 }
 
 async fn insert(writer: &WriterHandle<TestLanes>, value: i64) -> StoreResult<i64> {

@@ -1,0 +1,431 @@
+//! The webhook dispatcher: sends the outbox's messages to their endpoints in the Standard
+//! Webhooks format (CONTRACT §10).
+//!
+//! Each round it reads the enabled endpoints with when their first pending message is due, and
+//! claims, per endpoint, at most as many due messages as that endpoint has free send slots
+//! (`HERALD_WEBHOOK_ENDPOINT_CONCURRENCY`): a slow or dead endpoint fills only its own slots, so
+//! it never delays another's messages. A claim leases its messages (their `next_attempt_at`
+//! becomes the lease's end), so a daemon that dies mid-send loses them to the next claim once
+//! the lease runs out: at-least-once, with the same `webhook-id` every time. Messages about one
+//! subject are claimed one at a time, in order (the store's claim).
+//!
+//! The dispatcher wakes when messages are inserted (the store's webhook wake-up: SQLite's update
+//! hook, PostgreSQL's NOTIFY at commit), when a send ends, and otherwise when the next message
+//! is due (at most a second: other daemons' changes that it did not hear of).
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use herald_common::ids::{MessageId, WebhookEndpointId};
+use rand::RngExt;
+use reqwest::{StatusCode, header};
+use tokio::{sync::mpsc, task::JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    retry::RetryPolicy,
+    service::webhooks::{self as service, network},
+    state::AppState,
+    store::{ClaimedMessage, DueEndpoint, Verdict, WebhookAttemptRecord},
+};
+
+/// The longest the dispatcher sleeps without looking for due messages.
+const POLL: Duration = Duration::from_secs(1);
+/// How long an endpoint whose due messages could not be claimed (another daemon holds them,
+/// or they wait behind an earlier message) is left alone.
+const STALL: Duration = Duration::from_millis(250);
+/// How long shutdown waits for sends in flight.
+const DRAIN: Duration = Duration::from_secs(20);
+/// The longest `Retry-After` honoured (beyond it, the schedule's own delay applies).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// The most of an endpoint's answer that is read (and dropped).
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// The HTTP client of the dispatcher: no redirects, the configured timeout, pooled connections,
+/// and the private-network rule applied to every name it resolves.
+pub fn http_client(state: &AppState) -> reqwest::Result<reqwest::Client> {
+    let config = &state.config.webhooks;
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(config.timeout)
+        .connect_timeout(config.timeout.min(Duration::from_secs(10)))
+        .pool_max_idle_per_host(config.endpoint_concurrency)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .user_agent(concat!("Herald-Webhooks/", env!("CARGO_PKG_VERSION")))
+        .dns_resolver(Arc::new(network::GuardedResolver(service::network_rule(state))))
+        .build()
+}
+
+/// Runs the dispatcher until `shutdown`, then waits for the sends in flight (bounded).
+pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
+    let client = match http_client(&state) {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the webhook HTTP client");
+            return;
+        }
+    };
+    let config = state.config.webhooks.clone();
+    let policy = RetryPolicy::new(config.retry_schedule.clone());
+    // Longer than any attempt can take (connection and answer both within the timeout).
+    let lease_ms = 2 * millis(config.timeout) + 5_000;
+    let wake = state.store.webhook_wake().clone();
+    let (done, mut finished) = mpsc::unbounded_channel::<WebhookEndpointId>();
+    let mut in_flight: HashMap<WebhookEndpointId, usize> = HashMap::new();
+    let mut stalled: HashMap<WebhookEndpointId, i64> = HashMap::new();
+    let mut tasks = JoinSet::new();
+    loop {
+        while let Ok(endpoint) = finished.try_recv() {
+            release(&mut in_flight, &endpoint);
+            // What waited behind the message just sent may go now.
+            stalled.remove(&endpoint);
+        }
+        while let Some(joined) = tasks.try_join_next() {
+            report_panic(joined);
+        }
+        let now = state.clock.now_millis();
+        let endpoints = match state.store.due_webhook_endpoints().await {
+            Ok(endpoints) => endpoints,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the webhook endpoints");
+                Vec::new()
+            }
+        };
+        stalled.retain(|_, until| *until > now);
+        let mut next_due: Option<i64> = None;
+        for endpoint in endpoints {
+            let Some(due) = endpoint.next_due else { continue };
+            let busy = in_flight.get(&endpoint.id).copied().unwrap_or(0);
+            let free = config.endpoint_concurrency.saturating_sub(busy);
+            if let Some(until) = stalled.get(&endpoint.id) {
+                next_due = Some(next_due.map_or(*until, |n| n.min(*until)));
+                continue;
+            }
+            if due > now {
+                next_due = Some(next_due.map_or(due, |n| n.min(due)));
+                continue;
+            }
+            if free == 0 {
+                continue;
+            }
+            let lease = crate::secret::random_token(12);
+            let claimed = match state
+                .store
+                .claim_webhook_messages(endpoint.id.clone(), now, now + lease_ms, free as i64, lease.clone())
+                .await
+            {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot claim webhook messages");
+                    Vec::new()
+                }
+            };
+            if claimed.is_empty() {
+                stalled.insert(endpoint.id.clone(), now + millis(STALL));
+                continue;
+            }
+            let endpoint = Arc::new(endpoint);
+            for message in claimed {
+                *in_flight.entry(endpoint.id.clone()).or_default() += 1;
+                let send = Send {
+                    state: state.clone(),
+                    client: client.clone(),
+                    policy: policy.clone(),
+                    endpoint: endpoint.clone(),
+                    lease: lease.clone(),
+                    done: Done { endpoint: endpoint.id.clone(), done: done.clone() },
+                };
+                tasks.spawn(send.run(message));
+            }
+        }
+        let wait = next_due
+            .map(|due| Duration::from_millis(u64::try_from(due - state.clock.now_millis()).unwrap_or(0)))
+            .unwrap_or(POLL)
+            .min(POLL);
+        tokio::select! {
+            _ = wake.notified() => {}
+            Some(endpoint) = finished.recv() => {
+                release(&mut in_flight, &endpoint);
+                stalled.remove(&endpoint);
+            }
+            _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
+            _ = shutdown.cancelled() => break,
+        }
+    }
+    if !super::drain(tasks, DRAIN, report_panic).await {
+        tracing::warn!(
+            "webhook messages still in flight at shutdown; their leases will expire and they will be sent again"
+        );
+    }
+}
+
+fn release(in_flight: &mut HashMap<WebhookEndpointId, usize>, endpoint: &WebhookEndpointId) {
+    if let Some(n) = in_flight.get_mut(endpoint) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            in_flight.remove(endpoint);
+        }
+    }
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+/// Tells the dispatcher a send slot is free again, whichever way the send ended (a panic too).
+struct Done {
+    endpoint: WebhookEndpointId,
+    done: mpsc::UnboundedSender<WebhookEndpointId>,
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        let _ = self.done.send(self.endpoint.clone());
+    }
+}
+
+/// One message's attempt.
+struct Send {
+    state: AppState,
+    client: reqwest::Client,
+    policy: RetryPolicy,
+    endpoint: Arc<DueEndpoint>,
+    lease: String,
+    done: Done,
+}
+
+/// What an attempt found.
+struct Answer {
+    http_status: Option<u16>,
+    error: Option<String>,
+    retry_after: Option<Duration>,
+    succeeded: bool,
+    gone: bool,
+}
+
+impl Send {
+    #[tracing::instrument(skip_all, fields(endpoint_id = %self.endpoint.id, event_type = %message.event_type))]
+    async fn run(self, message: ClaimedMessage) {
+        let state = &self.state;
+        let message_id = MessageId::of_row(message.created_at, message.id);
+        let (body, rendered) = match &message.body {
+            Some(body) => (Some(body.clone()), false),
+            None => match service::render_body(
+                &state.config.spf_include,
+                message.event_type,
+                &message.data,
+                message.occurred_at,
+            ) {
+                Ok(body) => (Some(body), true),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot render a webhook event; the message fails");
+                    (None, false)
+                }
+            },
+        };
+        let started = Instant::now();
+        let answer = match &body {
+            Some(body) => self.post(&message_id, body).await,
+            None => Answer {
+                http_status: None,
+                error: Some("the event cannot be rendered".to_owned()),
+                retry_after: None,
+                succeeded: false,
+                gone: false,
+            },
+        };
+        let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let now = state.clock.now_millis();
+        let attempt = u32::try_from(message.attempts + 1).unwrap_or(u32::MAX);
+        let verdict = if answer.succeeded {
+            Verdict::Succeeded
+        } else if answer.gone {
+            Verdict::Disable("the endpoint answered 410 Gone".to_owned())
+        } else if body.is_none() {
+            Verdict::GiveUp
+        } else {
+            let jitter = rand::rng().random::<f64>();
+            match self.policy.next_delay(attempt, None, jitter) {
+                Some(delay) => {
+                    let wait =
+                        answer.retry_after.map_or(delay, |asked| delay.max(asked.min(MAX_RETRY_AFTER)));
+                    Verdict::RetryAt(now + millis(wait))
+                }
+                None => Verdict::GiveUp,
+            }
+        };
+        let outcome = match &verdict {
+            Verdict::Succeeded => "succeeded",
+            Verdict::RetryAt(_) => "retrying",
+            Verdict::GiveUp => "failed",
+            Verdict::Disable(_) => "gone",
+        };
+        metrics::counter!("herald_webhook_attempts_total", "outcome" => outcome).increment(1);
+        metrics::histogram!("herald_webhook_attempt_seconds").record(started.elapsed().as_secs_f64());
+        if message.attempts == 0 {
+            let latency = (now - message.occurred_at).max(0) as f64 / 1000.0;
+            metrics::histogram!("herald_webhook_first_attempt_delay_seconds").record(latency);
+        }
+        let record = WebhookAttemptRecord {
+            endpoint_id: self.endpoint.id.clone(),
+            message_id: message.id,
+            subject_id: message.subject_id.clone(),
+            lease: self.lease.clone(),
+            event_id: message.event_id,
+            body: body.filter(|_| rendered),
+            at: now,
+            http_status: answer.http_status,
+            error: answer.error,
+            duration_ms,
+            verdict,
+            disable_after_ms: millis(state.config.webhooks.disable_after),
+        };
+        match state.store.record_webhook_attempt(record).await {
+            Ok(Some(reason)) => {
+                tracing::warn!(reason = %reason, "a webhook endpoint was disabled");
+                metrics::counter!("herald_webhook_endpoints_disabled_total").increment(1);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot record a webhook attempt; the lease will run out and it will be sent again")
+            }
+        }
+        drop(self.done);
+    }
+
+    /// POSTs the message once.
+    async fn post(&self, message_id: &MessageId, body: &str) -> Answer {
+        let failed = |error: String| Answer {
+            http_status: None,
+            error: Some(error),
+            retry_after: None,
+            succeeded: false,
+            gone: false,
+        };
+        if let Err(refused) = self.literal_refused() {
+            return failed(refused);
+        }
+        // The real time, not the service clock: receivers check it against theirs.
+        let timestamp = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_secs()).unwrap_or(0))
+            .unwrap_or(0);
+        let state = &self.state;
+        let signature = service::signature_header(
+            &state.secret,
+            &self.endpoint,
+            state.clock.now_millis(),
+            message_id.as_str(),
+            timestamp,
+            body,
+        );
+        let request = self
+            .client
+            .post(&self.endpoint.url)
+            .header("webhook-id", message_id.as_str())
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body.to_owned());
+        match request.send().await {
+            Ok(mut response) => {
+                let status = response.status();
+                let retry_after = retry_after(response.headers());
+                // Read a little of the answer so the connection can be reused; never stored.
+                let mut read = 0;
+                while read < MAX_ANSWER {
+                    match response.chunk().await {
+                        Ok(Some(chunk)) => read += chunk.len(),
+                        _ => break,
+                    }
+                }
+                Answer {
+                    http_status: Some(status.as_u16()),
+                    error: (!status.is_success()).then(|| format!("HTTP {status}")),
+                    retry_after,
+                    succeeded: status.is_success(),
+                    gone: status == StatusCode::GONE,
+                }
+            }
+            Err(e) => failed(describe(&e.without_url())),
+        }
+    }
+
+    /// An IP literal in the URL is not resolved, so the guarded resolver never sees it: it is
+    /// checked here, at every attempt.
+    fn literal_refused(&self) -> Result<(), String> {
+        let Ok(url) = reqwest::Url::parse(&self.endpoint.url) else {
+            return Err("the endpoint's URL cannot be parsed".to_owned());
+        };
+        let host = url.host_str().unwrap_or_default();
+        let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() else {
+            return Ok(());
+        };
+        if service::network_rule(&self.state).permits(ip) {
+            Ok(())
+        } else {
+            Err(format!("refused: {ip} is a private address"))
+        }
+    }
+}
+
+/// A transport failure in words: timeout, refused connection, refused address… (without the
+/// URL, which may carry a token of the integrator's).
+fn describe(error: &reqwest::Error) -> String {
+    if error.is_timeout() {
+        return "timed out".to_owned();
+    }
+    let mut text = String::new();
+    let mut source: Option<&dyn std::error::Error> = Some(error);
+    while let Some(e) = source {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+        source = e.source();
+    }
+    text.chars().take(500).collect()
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+fn retry_after(headers: &header::HeaderMap) -> Option<Duration> {
+    let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let format = time::format_description::well_known::Rfc2822;
+    let at = time::OffsetDateTime::parse(value, &format).ok()?;
+    let wait = at - time::OffsetDateTime::now_utc();
+    Some(Duration::from_secs(u64::try_from(wait.whole_seconds()).unwrap_or(0)))
+}
+
+/// Logs and counts a send whose task panicked; its lease runs out and it is sent again.
+fn report_panic(joined: Result<(), tokio::task::JoinError>) {
+    let Some(error) = joined.err().filter(tokio::task::JoinError::is_panic) else { return };
+    let message = crate::tasks::panic_message(&*error.into_panic());
+    tracing::error!(panic = %message, "a webhook send panicked; its lease will run out and it will be sent again");
+    metrics::counter!("herald_task_exits_total", "task" => "webhook-send", "reason" => "panicked")
+        .increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_takes_seconds_and_dates() {
+        let mut headers = header::HeaderMap::new();
+        headers.insert(header::RETRY_AFTER, "7".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(7)));
+        headers.insert(header::RETRY_AFTER, "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::ZERO));
+        headers.insert(header::RETRY_AFTER, "soon".parse().unwrap());
+        assert_eq!(retry_after(&headers), None);
+    }
+}

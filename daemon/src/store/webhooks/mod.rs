@@ -1,0 +1,337 @@
+//! Outbound event webhooks (CONTRACT §10): endpoints here, the dispatcher's side of the outbox
+//! in [`dispatch`].
+//!
+//! Events are not written by this module: the triggers of migration 0015 insert them, with their
+//! messages, in the transaction of the change they report (see the migration); a `webhook.test`
+//! event is inserted here and its trigger makes its message. `dispatch` leases due messages to a
+//! dispatcher (`next_attempt_at` holds the lease's end while a message is being sent, so a
+//! crashed daemon's messages come due again by themselves) and records what each attempt found.
+
+use herald_common::{
+    api::webhooks::EndpointStatus,
+    ids::{ApplicationId, TenantId, WebhookEndpointId},
+};
+
+mod dispatch;
+
+pub use dispatch::{AttemptRow, ClaimedMessage, DueEndpoint, MessageRecord, Verdict, WebhookAttemptRecord};
+
+use super::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
+
+/// An endpoint as stored. The secret is not: it is derived from the server secret, the id and
+/// `secret_generation`.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct WebhookEndpointRecord {
+    pub id: WebhookEndpointId,
+    pub tenant_id: TenantId,
+    pub application_id: Option<ApplicationId>,
+    pub url: String,
+    pub description: Option<String>,
+    /// `,type,type,`; `None`: every type.
+    pub event_types: Option<String>,
+    pub status: EndpointStatus,
+    pub disabled_reason: Option<String>,
+    pub secret_generation: i64,
+    /// The previous generation also signs until then.
+    pub previous_until: Option<i64>,
+    pub failing_since: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+super::local::local_row!(WebhookEndpointRecord {
+    id,
+    tenant_id,
+    application_id,
+    url,
+    description,
+    event_types,
+    status,
+    disabled_reason,
+    secret_generation,
+    previous_until,
+    failing_since,
+    created_at,
+    updated_at
+});
+
+macro_rules! endpoint_columns {
+    () => {
+        "id, tenant_id, application_id, url, description, event_types, status, disabled_reason, \
+         secret_generation, previous_until, failing_since, created_at, updated_at"
+    };
+}
+
+/// The changes of a `PATCH`: each `Some` is set.
+#[derive(Clone, Debug, Default)]
+pub struct EndpointChanges {
+    pub url: Option<String>,
+    pub description: Option<Option<String>>,
+    pub event_types: Option<Option<String>>,
+    /// `Disabled` with the reason, or `Enabled` (which clears the reason and the failure clock).
+    pub status: Option<(EndpointStatus, Option<String>)>,
+}
+
+impl Store {
+    pub async fn insert_webhook_endpoint(&self, record: WebhookEndpointRecord) -> StoreResult<()> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                execute!(
+                    conn,
+                    concat!(
+                        "INSERT INTO webhook_endpoints (",
+                        endpoint_columns!(),
+                        ")
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+                    ),
+                    &record.id,
+                    &record.tenant_id,
+                    &record.application_id,
+                    &record.url,
+                    &record.description,
+                    &record.event_types,
+                    &record.status,
+                    &record.disabled_reason,
+                    record.secret_generation,
+                    record.previous_until,
+                    record.failing_since,
+                    record.created_at,
+                    record.updated_at
+                )?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    pub async fn webhook_endpoints(&self, tenant_id: &TenantId) -> StoreResult<Vec<WebhookEndpointRecord>> {
+        let mut conn = self.read().await?;
+        fetch!(
+            &mut conn.conn(),
+            fetch_all,
+            WebhookEndpointRecord,
+            concat!(
+                "SELECT ",
+                endpoint_columns!(),
+                " FROM webhook_endpoints WHERE tenant_id = $1 ORDER BY id"
+            ),
+            tenant_id
+        )
+    }
+
+    pub async fn webhook_endpoint(
+        &self,
+        tenant_id: &TenantId,
+        id: &WebhookEndpointId,
+    ) -> StoreResult<Option<WebhookEndpointRecord>> {
+        let mut conn = self.read().await?;
+        fetch!(
+            &mut conn.conn(),
+            fetch_optional,
+            WebhookEndpointRecord,
+            concat!(
+                "SELECT ",
+                endpoint_columns!(),
+                " FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2"
+            ),
+            tenant_id,
+            id
+        )
+    }
+
+    /// Applies a `PATCH`; `None` if there is no such endpoint in the tenant. Disabling fails the
+    /// endpoint's pending messages (`recover` sends them again).
+    pub async fn update_webhook_endpoint(
+        &self,
+        tenant_id: TenantId,
+        id: WebhookEndpointId,
+        changes: EndpointChanges,
+        now: i64,
+    ) -> StoreResult<Option<WebhookEndpointRecord>> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                let (status, reason) = match changes.status {
+                    Some((status, reason)) => (Some(status), reason),
+                    None => (None, None),
+                };
+                let updated = execute!(
+                    conn,
+                    "UPDATE webhook_endpoints SET
+                         url = COALESCE($3, url),
+                         description = CASE WHEN $4 THEN $5 ELSE description END,
+                         event_types = CASE WHEN $6 THEN $7 ELSE event_types END,
+                         disabled_reason = CASE WHEN $8 IS NULL OR status = $8 THEN disabled_reason
+                                                WHEN $8 = 'enabled' THEN NULL ELSE $9 END,
+                         failing_since = CASE WHEN $8 = 'enabled' AND status <> 'enabled' THEN NULL
+                                              ELSE failing_since END,
+                         status = COALESCE($8, status),
+                         updated_at = $10
+                     WHERE tenant_id = $1 AND id = $2",
+                    &tenant_id,
+                    &id,
+                    &changes.url,
+                    changes.description.is_some(),
+                    changes.description.flatten(),
+                    changes.event_types.is_some(),
+                    changes.event_types.flatten(),
+                    status,
+                    reason,
+                    now
+                )?;
+                if updated == 0 {
+                    return Ok(None);
+                }
+                if status == Some(EndpointStatus::Disabled) {
+                    fail_pending(conn, &id, now).await?;
+                }
+                fetch!(
+                    conn,
+                    fetch_optional,
+                    WebhookEndpointRecord,
+                    concat!("SELECT ", endpoint_columns!(), " FROM webhook_endpoints WHERE id = $1"),
+                    &id
+                )
+            })
+        })
+        .await
+    }
+
+    /// Removes an endpoint and its messages; `false` if there is none in the tenant.
+    pub async fn delete_webhook_endpoint(
+        &self,
+        tenant_id: TenantId,
+        id: WebhookEndpointId,
+    ) -> StoreResult<bool> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                Ok(execute!(
+                    conn,
+                    "DELETE FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2",
+                    &tenant_id,
+                    &id
+                )? == 1)
+            })
+        })
+        .await
+    }
+
+    /// Moves the secret to its next generation; the current one keeps signing until
+    /// `previous_until`. The endpoint after the change, if there is one in the tenant.
+    pub async fn rotate_webhook_secret(
+        &self,
+        tenant_id: TenantId,
+        id: WebhookEndpointId,
+        previous_until: i64,
+        now: i64,
+    ) -> StoreResult<Option<WebhookEndpointRecord>> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                fetch!(
+                    conn,
+                    fetch_optional,
+                    WebhookEndpointRecord,
+                    concat!(
+                        "UPDATE webhook_endpoints
+                         SET secret_generation = secret_generation + 1, previous_until = $3, updated_at = $4
+                         WHERE tenant_id = $1 AND id = $2 RETURNING ",
+                        endpoint_columns!()
+                    ),
+                    &tenant_id,
+                    &id,
+                    previous_until,
+                    now
+                )
+            })
+        })
+        .await
+    }
+
+    /// Writes a `webhook.test` event for one endpoint (its trigger makes the message); returns
+    /// the message's row number and creation time.
+    pub async fn add_webhook_test_event(
+        &self,
+        tenant_id: TenantId,
+        endpoint_id: WebhookEndpointId,
+        now: i64,
+    ) -> StoreResult<Option<(i64, i64)>> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                let data = serde_json::json!({ "endpoint_id": endpoint_id }).to_string();
+                let event_id = scalar!(
+                    conn,
+                    fetch_one,
+                    i64,
+                    "INSERT INTO webhook_events (tenant_id, application_id, endpoint_id, event_type, subject_id, data,
+                                                 occurred_at)
+                     VALUES ($1, NULL, $2, 'webhook.test', $2, $3, $4) RETURNING id",
+                    &tenant_id,
+                    &endpoint_id,
+                    &data,
+                    now
+                )?;
+                fetch!(
+                    conn,
+                    fetch_optional,
+                    (i64, i64),
+                    "SELECT id, created_at FROM webhook_messages WHERE event_id = $1",
+                    event_id
+                )
+            })
+        })
+        .await
+    }
+
+    /// Wakes this daemon's dispatcher (a message came due without a new insert: a recovery, a
+    /// re-enabled endpoint). Other daemons hear the NOTIFY of the writing transaction, if any.
+    pub fn wake_webhooks(&self) {
+        self.webhook_wake.notify_one();
+    }
+
+    /// What the dispatcher waits on between its rounds: inserted messages, once committed
+    /// (SQLite: the writer's update hook notes them and the batch's end wakes; PostgreSQL:
+    /// `herald_webhooks` NOTIFYs at commit, heard by [`Store::listen_for_changes`]).
+    pub fn webhook_wake(&self) -> &std::sync::Arc<tokio::sync::Notify> {
+        &self.webhook_wake
+    }
+
+    /// Deletes the messages settled (succeeded or failed) before `before`, with their attempts,
+    /// and the events no message refers to any more; how many messages.
+    pub async fn delete_settled_webhook_messages(&self, before: i64) -> StoreResult<u64> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                let deleted = execute!(
+                    conn,
+                    "DELETE FROM webhook_messages WHERE status <> 'pending' AND updated_at < $1",
+                    before
+                )?;
+                execute!(
+                    conn,
+                    "DELETE FROM webhook_events WHERE occurred_at < $1
+                     AND NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.event_id = webhook_events.id)",
+                    before
+                )?;
+                Ok(deleted)
+            })
+        })
+        .await
+    }
+}
+
+/// Tells the other daemons sharing PostgreSQL that messages came due (at commit).
+async fn notify_webhooks(conn: &mut Conn<'_>) -> StoreResult<()> {
+    if conn.engine() == Engine::Postgres {
+        execute!(conn, "SELECT pg_notify('herald_webhooks', '')")?;
+    }
+    Ok(())
+}
+
+/// Fails an endpoint's pending messages (it was disabled).
+async fn fail_pending(conn: &mut Conn<'_>, endpoint_id: &WebhookEndpointId, now: i64) -> StoreResult<u64> {
+    execute!(
+        conn,
+        "UPDATE webhook_messages SET status = 'failed', next_attempt_at = NULL, lease = NULL, updated_at = $2
+         WHERE endpoint_id = $1 AND status = 'pending'",
+        endpoint_id,
+        now
+    )
+}

@@ -1,0 +1,189 @@
+//! The operator's side of event webhooks, on both backends: every `herald webhooks` command
+//! against the real daemon delivering to a loopback receiver (an endpoint that accepts, one that
+//! fails, one that is gone), and the dashboard's webhooks panel in a real terminal (tmux) showing
+//! each endpoint's status and recent success rate. The signatures themselves are checked with the
+//! official library in `webhooks.rs`.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{Router, extract::Path, extract::State, http::StatusCode, routing::post};
+use herald_tests::{Backend, TestDaemon, both_backends, eventually};
+use serde_json::Value;
+
+use crate::{cli::Cli, terminal::Terminal, tui::line_with};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+/// A receiver: `/ok` answers 204, `/fail` 500, `/gone` 410; it counts what each got.
+struct Hooks {
+    base: String,
+    got: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Hooks {
+    async fn start() -> Hooks {
+        async fn hook(
+            State(got): State<Arc<Mutex<HashMap<String, usize>>>>,
+            Path(name): Path<String>,
+        ) -> StatusCode {
+            *got.lock().unwrap().entry(name.clone()).or_default() += 1;
+            match name.as_str() {
+                "ok" => StatusCode::NO_CONTENT,
+                "gone" => StatusCode::GONE,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            }
+        }
+        let got = Arc::new(Mutex::new(HashMap::new()));
+        let app = Router::new().route("/{name}", post(hook)).with_state(got.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Hooks { base, got }
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("{}/{name}", self.base)
+    }
+
+    fn count(&self, name: &str) -> usize {
+        self.got.lock().unwrap().get(name).copied().unwrap_or(0)
+    }
+}
+
+/// The endpoint's newest message, once `pred` holds for it.
+async fn newest_delivery(cli: &Cli, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    eventually(what, WAIT, || async {
+        let page = cli.run(&["webhooks", "deliveries", id, "--json"]).await.json();
+        let newest = page["items"][0].clone();
+        pred(&newest).then_some(newest)
+    })
+    .await
+}
+
+async fn operate(backend: Backend) {
+    let hooks = Hooks::start().await;
+    let d = TestDaemon::start_with(
+        backend,
+        vec![
+            ("HERALD_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8".to_owned()),
+            ("HERALD_WEBHOOK_RETRY_SCHEDULE", "100ms".to_owned()),
+        ],
+    )
+    .await;
+    let cli = Cli::new(&d).await;
+
+    // Add: the secret is printed once; get and list never show it; --json is the API's JSON.
+    let ok_url = hooks.url("ok");
+    let added = cli
+        .run(&["webhooks", "add", &ok_url, "--event", "webhook.test", "--description", "main", "--json"])
+        .await
+        .json();
+    let ok = added["endpoint_id"].as_str().unwrap().to_owned();
+    let secret = added["secret"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("whsec_"), "{added}");
+    let got = cli.run(&["webhooks", "get", &ok, "--json"]).await.json();
+    assert_eq!(got, cli.api_json(&format!("/api/v1/webhooks/{ok}")).await);
+    assert_eq!(
+        (got["status"].as_str(), got["event_types"][0].as_str()),
+        (Some("enabled"), Some("webhook.test"))
+    );
+    let table = cli.run(&["webhooks", "list"]).await;
+    for needle in [ok.as_str(), "enabled", "webhook.test", ok_url.as_str(), "main"] {
+        assert!(table.ok().contains(needle), "`{needle}` in:\n{}", table.stdout);
+    }
+    assert!(!table.ok().contains(&secret) && !got.to_string().contains(&secret), "the secret is shown once");
+    assert_eq!(cli.run(&["webhooks", "list", "--json"]).await.json(), cli.api_json("/api/v1/webhooks").await);
+
+    // Test: the receiver gets it, and `deliveries` shows the attempt.
+    let tested = cli.run(&["webhooks", "test", &ok]).await;
+    assert!(tested.ok().contains("webhook.test queued as msg_"), "{}", tested.stdout);
+    let newest =
+        newest_delivery(&cli, &ok, "the test event to be delivered", |m| m["status"] == "succeeded").await;
+    assert_eq!(
+        (newest["event_type"].as_str(), newest["attempts"][0]["http_status"].as_u64()),
+        (Some("webhook.test"), Some(204))
+    );
+    assert_eq!(hooks.count("ok"), 1);
+    let table = cli.run(&["webhooks", "deliveries", &ok]).await;
+    for needle in [newest["message_id"].as_str().unwrap(), "webhook.test", "succeeded", "204"] {
+        assert!(table.ok().contains(needle), "`{needle}` in:\n{}", table.stdout);
+    }
+
+    // Update and rotate.
+    let disabled = cli.run(&["webhooks", "update", &ok, "--disable", "--json"]).await.json();
+    assert_eq!(disabled["status"], "disabled");
+    let enabled = cli
+        .run(&["webhooks", "update", &ok, "--enable", "--all-events", "--no-description", "--json"])
+        .await
+        .json();
+    assert_eq!(
+        (enabled["status"].as_str(), &enabled["event_types"], &enabled["description"]),
+        (Some("enabled"), &Value::Null, &Value::Null)
+    );
+    let rotated = cli.run(&["webhooks", "rotate-secret", &ok, "--json"]).await.json();
+    let new_secret = rotated["secret"].as_str().unwrap();
+    assert!(new_secret.starts_with("whsec_") && new_secret != secret, "{rotated}");
+    assert!(cli.run(&["webhooks", "rotate-secret", &ok]).await.stderr.contains("old secret"));
+
+    // A failing endpoint: the schedule runs out, the message is failed; `recover` sends it again.
+    let failing = cli.run(&["webhooks", "add", &hooks.url("fail"), "--json"]).await.json()["endpoint_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    cli.run(&["webhooks", "test", &failing]).await.ok();
+    newest_delivery(&cli, &failing, "the schedule to run out", |m| m["status"] == "failed").await;
+    let tries = hooks.count("fail");
+    assert!(tries >= 2, "tried, then retried: {tries}");
+    let recovered = cli.run(&["webhooks", "recover", &failing, "--since", "1h"]).await;
+    assert!(recovered.ok().contains("1 failed messages"), "{}", recovered.stdout);
+    eventually("the recovered message to be sent again", WAIT, || async {
+        (hooks.count("fail") > tries).then_some(())
+    })
+    .await;
+
+    // A gone endpoint is disabled at once, with the reason.
+    let gone = cli.run(&["webhooks", "add", &hooks.url("gone"), "--json"]).await.json()["endpoint_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    cli.run(&["webhooks", "test", &gone]).await.ok();
+    let shown = eventually("the 410 to disable the endpoint", WAIT, || async {
+        let e = cli.run(&["webhooks", "get", &gone, "--json"]).await.json();
+        (e["status"] == "disabled").then_some(e)
+    })
+    .await;
+    assert!(shown["disabled_reason"].as_str().unwrap().contains("410"), "{shown}");
+    assert_eq!(hooks.count("gone"), 1, "never tried again");
+
+    // The dashboard's panel: each endpoint, its status and its success rate.
+    let term = Terminal::start(&cli, "webhooks", &["tui"], &[]).await;
+    line_with(&term, "activity: live", "the dashboard to connect", |_| true).await;
+    term.keys(&["w"]);
+    line_with(&term, &ok_url, "the healthy endpoint", |l| l.contains("enabled") && l.contains("100% of 1"))
+        .await;
+    line_with(&term, &hooks.url("gone"), "the gone endpoint", |l| {
+        l.contains("disabled") && l.contains("0% of 1")
+    })
+    .await;
+    line_with(&term, &hooks.url("fail"), "the failing endpoint", |l| {
+        l.contains("enabled") && l.contains("0% of")
+    })
+    .await;
+    term.keys(&["Escape"]);
+    term.keys(&["q"]);
+    line_with(&term, "[exit 0]", "the dashboard to quit", |_| true).await;
+
+    // Remove; bad input is refused with the field named.
+    assert!(cli.run(&["webhooks", "rm", &gone]).await.ok().contains("removed"));
+    cli.run(&["webhooks", "get", &gone]).await.failed(4, "not_found");
+    cli.run(&["webhooks", "add", "ftp://example.com/x"]).await.failed(2, "url");
+    cli.run(&["webhooks", "add", "http://10.1.2.3/hook"]).await.failed(2, "url");
+    cli.run(&["webhooks", "add", &ok_url, "--event", "nope.never"]).await.failed(2, "nope.never");
+    cli.run(&["webhooks", "get", "whe_nope"]).await.failed(2, "whe_");
+    d.stop().await;
+}
+both_backends!(webhooks_from_the_cli_and_the_dashboard_on_each_backend, operate);
