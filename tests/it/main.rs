@@ -27,5 +27,5 @@ mod terminal;
 mod tui;
 mod unavailable;
 mod unsubscribe;
-mod webhooks;
 mod webhook_ops;
+mod webhooks;

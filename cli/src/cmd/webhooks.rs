@@ -27,6 +27,7 @@ pub enum Command {
     /// Register an endpoint: prints its signing secret, shown only this once.
     Add {
         /// Where events are POSTed (https, or http; never a private address unless allowed).
+        #[arg(id = "endpoint_url", value_name = "URL")]
         url: String,
         /// Only these event types (repeat the flag); without it, every type.
         #[arg(long = "event", value_name = "TYPE")]
@@ -42,7 +43,8 @@ pub enum Command {
     /// Change an endpoint: only what is given changes.
     Update {
         endpoint_id: WebhookEndpointId,
-        #[arg(long)]
+        /// Where events are POSTed from now on (`--url` is the daemon's address).
+        #[arg(long = "endpoint-url", id = "endpoint_url", value_name = "URL")]
         url: Option<String>,
         #[arg(long, conflicts_with = "no_description")]
         description: Option<String>,
@@ -118,8 +120,9 @@ impl Command {
                 if out.is_json() {
                     return out.json(&created);
                 }
-                show(out, &created.endpoint)?;
-                out.fields(&[("secret", cell(created.secret, Tone::Bold))])?;
+                let mut shown = fields(out, &created.endpoint);
+                shown.push(("secret", cell(created.secret, Tone::Bold)));
+                out.fields(&shown)?;
                 out.note("the secret is shown only now: keep it where your receiver can read it");
                 Ok(())
             }
@@ -235,6 +238,11 @@ fn about(e: &WebhookEndpoint) -> String {
 }
 
 fn show(out: &Output, e: &WebhookEndpoint) -> Result<(), Fail> {
+    out.fields(&fields(out, e))
+}
+
+/// An endpoint as `name value` lines.
+fn fields(out: &Output, e: &WebhookEndpoint) -> Vec<(&'static str, Cell)> {
     let mut fields = vec![
         ("id", Cell::from(e.endpoint_id.to_string())),
         ("url", e.url.clone().into()),
@@ -256,7 +264,7 @@ fn show(out: &Output, e: &WebhookEndpoint) -> Result<(), Fail> {
             .into(),
     ));
     fields.push(("created", out.time(e.created_at).into()));
-    out.fields(&fields)
+    fields
 }
 
 const DELIVERY_HEADERS: [&str; 7] =
