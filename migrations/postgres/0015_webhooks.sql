@@ -89,7 +89,7 @@ BEGIN
     INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status, next_attempt_at,
                                   created_at, updated_at)
     SELECT e.id, v.id, v.event_type, v.subject_id, 'pending',
-           GREATEST(v.occurred_at, COALESCE((SELECT MAX(p.next_attempt_at) FROM webhook_messages p
+           GREATEST(v.occurred_at, COALESCE((SELECT MAX(+p.next_attempt_at) FROM webhook_messages p
                                              WHERE p.endpoint_id = e.id AND p.subject_id = v.subject_id
                                                AND p.status = 'pending' AND p.lease IS NULL), 0)),
            v.occurred_at, v.occurred_at

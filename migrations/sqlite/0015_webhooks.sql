@@ -78,7 +78,9 @@ CREATE TABLE webhook_attempts (
 );
 CREATE INDEX webhook_attempts_by_message ON webhook_attempts (message_id, attempted_at);
 
--- Fan-out: one message per enabled endpoint of the tenant that wants the event. An endpoint of
+-- Fan-out: one message per enabled endpoint of the tenant that wants the event. (`+p.next_attempt_at`:
+-- a bare column would let SQLite answer the MAX from `webhook_messages_due`, walking every pending
+-- message of the endpoint for the one subject; the `+` keeps it on `webhook_messages_order`.) An endpoint of
 -- one application gets that application's events and the tenant's own (domains, suppressions).
 -- A message waits behind an earlier pending message about the same subject: it is due no
 -- sooner than one that waits for its next attempt (one being sent holds it back through the
@@ -87,7 +89,7 @@ CREATE TRIGGER webhook_events_fan_out AFTER INSERT ON webhook_events BEGIN
     INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status, next_attempt_at,
                                   created_at, updated_at)
     SELECT e.id, NEW.id, NEW.event_type, NEW.subject_id, 'pending',
-           MAX(NEW.occurred_at, COALESCE((SELECT MAX(p.next_attempt_at) FROM webhook_messages p
+           MAX(NEW.occurred_at, COALESCE((SELECT MAX(+p.next_attempt_at) FROM webhook_messages p
                                           WHERE p.endpoint_id = e.id AND p.subject_id = NEW.subject_id
                                             AND p.status = 'pending' AND p.lease IS NULL), 0)),
            NEW.occurred_at, NEW.occurred_at

@@ -11,13 +11,14 @@ use herald_common::{
         activity::ActivityDetail,
         health::TaskState,
         notifications::{Channel, DeliveryStatus, NotificationIn, ReceiptProvider},
+        webhooks::{EventType, WebhookEndpointIn},
     },
     client::Client,
     ids::NotificationId,
 };
 use herald_tests::{
     Backend, TestDaemon, both_backends, eventually,
-    peers::{Postfix, SmtpSink, mta::deliver},
+    peers::{Postfix, SmtpSink, WebhookReceiver, mta::deliver},
     sse::SseClient,
 };
 
@@ -33,6 +34,7 @@ async fn daemon(backend: Backend, smtp_url: String) -> (TestDaemon, u16) {
             ("HERALD_BOUNCE_LISTEN", "127.0.0.1:0".to_owned()),
             ("HERALD_BOUNCE_DOMAIN", BOUNCE_DOMAIN.to_owned()),
             ("HERALD_RETRY_SCHEDULE", "50ms".to_owned()),
+            ("HERALD_WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8".to_owned()),
         ],
     )
     .await;
@@ -165,6 +167,15 @@ async fn bounces_and_complaints(backend: Backend) {
     assert_eq!(d.client.readyz().await.unwrap().tasks["bounce-listener"].state, TaskState::Running);
     let mut feed =
         SseClient::connect_to(&d.url, "/api/v1/activity/stream", &operator_token, None).await.unwrap();
+    // An integrator's endpoint for bounces and complaints (every request verified with the
+    // official Standard Webhooks library by the receiver).
+    let hooks = WebhookReceiver::start().await;
+    let event_types = Some(vec![EventType::NotificationBounced, EventType::NotificationComplained]);
+    let endpoint = key
+        .add_webhook(&WebhookEndpointIn { url: hooks.url("mail"), event_types, ..Default::default() })
+        .await
+        .unwrap();
+    hooks.set_secrets("mail", &[&endpoint.secret]);
     let counted = |outcome| receipts_counted(&d, outcome);
     let (changed, recorded, forged, malformed) = (
         counted("changed").await,
@@ -326,6 +337,14 @@ async fn bounces_and_complaints(backend: Backend) {
         assert!(!detail.item.retryable);
     }
     assert_eq!(smtp.messages().len(), 5, "nothing more reached the relay");
+
+    // The integrator heard of the hard bounce and the complaint.
+    let events = hooks.wait_for("mail", 2, Duration::from_secs(10)).await;
+    let heard = |event: &str, id: &NotificationId| {
+        events.iter().any(|e| e.event_type() == event && e.body["data"]["transaction_id"] == id.as_str())
+    };
+    assert!(heard("notification.bounced", &hard), "{events:?}");
+    assert!(heard("notification.complained", &spam), "{events:?}");
 
     // Counted, whatever other tests count meanwhile.
     assert!(counted("changed").await >= changed + 3, "hard and soft bounces, the complaint");

@@ -218,6 +218,45 @@ async fn suppression_api(backend: Backend) {
 }
 both_backends!(suppression_api_on_each_backend, suppression_api);
 
+/// Many entries added at once are written in groups (one multi-row statement per batch): each
+/// request gets its own entry, the same entry asked for twice in one burst is one entry (201 once,
+/// 200 with the same id after), and two tenants' entries for one address stay apart.
+async fn bulk_adds(backend: Backend) {
+    let d = TestDaemon::start(backend).await;
+    let (a, b) = (tenant(&d).await, tenant(&d).await);
+    let requests: Vec<(&Tenant, Value)> = (0..300)
+        .map(|i| {
+            let t = if i % 3 == 2 { &b } else { &a };
+            // Every address twice (in case and spacing), one of them for a category.
+            let n = i / 2;
+            let recipient =
+                if i % 2 == 0 { format!("bulk{n}@example.com") } else { format!(" Bulk{n}@Example.COM ") };
+            let category = (n % 5 == 0).then_some("news");
+            (t, json!({"channel": "email", "recipient": recipient, "category": category}))
+        })
+        .collect();
+    let answers =
+        futures_util::future::join_all(requests.iter().map(|(t, body)| add(&d, t, body.clone()))).await;
+    let mut entries = std::collections::HashMap::<(String, String, Value), (String, usize)>::new();
+    for ((t, body), (status, answer)) in requests.iter().zip(&answers) {
+        assert!(status == &StatusCode::CREATED || status == &StatusCode::OK, "{status} {answer}");
+        let entry: Suppression = serde_json::from_value(answer.clone()).unwrap();
+        let recipient = body["recipient"].as_str().unwrap().trim().to_lowercase();
+        let key = (t.token.clone(), recipient, body["category"].clone());
+        let seen = entries.entry(key).or_insert((entry.suppression_id.to_string(), 0));
+        assert_eq!(seen.0, entry.suppression_id.as_str(), "one entry per recipient, channel and category");
+        seen.1 += usize::from(*status == StatusCode::CREATED);
+        assert_eq!(entry.category.as_deref(), body["category"].as_str());
+    }
+    assert!(entries.values().all(|(_, created)| *created == 1), "each entry created exactly once");
+    let (a_count, b_count) =
+        (list(&d, &a, "?limit=1").await.total_count, list(&d, &b, "?limit=1").await.total_count);
+    let expected = |t: &Tenant| entries.keys().filter(|(token, _, _)| token == &t.token).count() as u64;
+    assert_eq!((a_count, b_count), (expected(&a), expected(&b)));
+    d.stop().await;
+}
+both_backends!(bulk_adds_on_each_backend, bulk_adds);
+
 /// Rows of one text column, read straight from the daemon's database.
 async fn sqlx_rows(d: &TestDaemon, sql: &'static str) -> Vec<String> {
     match d.backend {

@@ -173,7 +173,12 @@ async fn operate(backend: Backend) {
         l.contains("enabled") && l.contains("0% of")
     })
     .await;
-    term.keys(&["Escape"]);
+    // `q` closes the panel (no Escape: an Escape then `q` sent at once reads as Alt-q), then quits.
+    term.keys(&["q"]);
+    eventually("the panel to close", WAIT, || async {
+        (!term.capture().await.contains("Webhook endpoints")).then_some(())
+    })
+    .await;
     term.keys(&["q"]);
     line_with(&term, "[exit 0]", "the dashboard to quit", |_| true).await;
 

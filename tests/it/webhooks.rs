@@ -577,32 +577,53 @@ async fn a_receipt_is_an_event(backend: Backend) {
     let receiver = WebhookReceiver::start().await;
     endpoint(&key, &receiver, "sms", None).await;
 
-    let sent = key
-        .send_notification(&NotificationIn::new(Channel::Sms, "+14155550100", "Your order shipped"), None)
-        .await
-        .unwrap()
-        .notification_id;
-    let message = twilio.wait_for(1, WAIT).await.remove(0);
-    let sid = message.sid.expect("the peer accepted the message");
-    let fields = [("MessageSid", sid.as_str()), ("MessageStatus", "delivered"), ("AccountSid", "AC123")];
-    let signature = TwilioSigner::start().await.sign("twilio-token", &message.status_callback, &fields).await;
-    let path = message.status_callback.strip_prefix(PUBLIC_URL).unwrap();
-    let answer = d
-        .client
-        .request(Method::POST, path)
-        .form(&fields)
-        .header("X-Twilio-Signature", signature)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), StatusCode::NO_CONTENT);
+    // Three texts; Twilio says the first was delivered, the second undelivered (30003), the
+    // third read: each receipt is an event, after the text's `notification.sent`.
+    let signer = TwilioSigner::start().await;
+    let mut sent = Vec::new();
+    for (i, status) in ["delivered", "undelivered", "read"].into_iter().enumerate() {
+        let n = NotificationIn::new(Channel::Sms, format!("+1415555010{i}"), "Your order shipped");
+        let id = key.send_notification(&n, None).await.unwrap().notification_id;
+        let message = twilio.wait_for(i + 1, WAIT).await.remove(i);
+        let sid = message.sid.expect("the peer accepted the message");
+        let mut fields =
+            vec![("MessageSid", sid.as_str()), ("MessageStatus", status), ("AccountSid", "AC123")];
+        if status == "undelivered" {
+            fields.push(("ErrorCode", "30003"));
+        }
+        let signature = signer.sign("twilio-token", &message.status_callback, &fields).await;
+        let path = message.status_callback.strip_prefix(PUBLIC_URL).unwrap();
+        let answer = d
+            .client
+            .request(Method::POST, path)
+            .form(&fields)
+            .header("X-Twilio-Signature", signature)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::NO_CONTENT);
+        sent.push((id, status));
+    }
 
-    let got = receiver.wait_for("sms", 2, WAIT).await;
-    let types: Vec<&str> = got.iter().map(Received::event_type).collect();
-    assert_eq!(types, ["notification.sent", "notification.delivered"]);
-    assert!(got.iter().all(|r| r.body["data"]["transaction_id"] == sent.as_str()));
-    assert_eq!(got[1].body["data"]["status"], "delivered");
-    assert_eq!(got[1].body["data"]["recipient_masked"], "+14*******00");
+    let got = receiver.wait_for("sms", 6, WAIT).await;
+    for (id, status) in &sent {
+        let types: Vec<String> = got
+            .iter()
+            .filter(|r| r.body["data"]["transaction_id"] == id.as_str())
+            .map(|r| r.event_type().to_owned())
+            .collect();
+        assert_eq!(types, ["notification.sent".to_owned(), format!("notification.{status}")], "{id}");
+        let receipt = got.iter().find(|r| r.event_type() == format!("notification.{status}")).unwrap();
+        assert_eq!(receipt.body["data"]["status"], *status);
+    }
+    let delivered = got.iter().find(|r| r.event_type() == "notification.delivered").unwrap();
+    assert_eq!(delivered.body["data"]["recipient_masked"], "+14*******00");
+    let undelivered = got.iter().find(|r| r.event_type() == "notification.undelivered").unwrap();
+    assert!(
+        undelivered.body["data"]["failure_reason"].as_str().unwrap().contains("30003"),
+        "{}",
+        undelivered.body
+    );
 }
 both_backends!(a_receipt_is_an_event_on_each_backend, a_receipt_is_an_event);
 

@@ -277,10 +277,11 @@ fn delivery_row(out: &Output, d: &WebhookDelivery) -> Vec<Cell> {
         MessageStatus::Failed => Tone::Bad,
     };
     let last = d.attempts.last().map(|a| {
+        // The error says the status when there was one ("HTTP 500 Internal Server Error").
         let answer = match (a.http_status, &a.error) {
-            (Some(code), Some(error)) => format!("{code} {error}"),
+            (Some(code), Some(error)) if !error.contains(&code.to_string()) => format!("{code} {error}"),
+            (_, Some(error)) => error.clone(),
             (Some(code), None) => code.to_string(),
-            (None, Some(error)) => error.clone(),
             (None, None) => "-".to_owned(),
         };
         format!("{} · {} ms", short(&answer, 50), a.duration_ms)

@@ -5,6 +5,7 @@ use super::{
     notifications::{Attempt, Dispatch},
     otp::{OtpSend, OtpVerify},
     receipts::Receipt,
+    suppressions::SuppressionAdd,
     writer::lanes,
 };
 
@@ -16,5 +17,6 @@ lanes! {
         otp_sends: OtpSend,
         otp_verifications: OtpVerify,
         receipts: Receipt,
+        suppressions: SuppressionAdd,
     }
 }

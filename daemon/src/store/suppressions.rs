@@ -12,7 +12,12 @@ use herald_common::{
     ids::{NotificationId, SuppressionId, TenantId, TransactionId},
 };
 
-use super::{Store, StoreResult, execute, fetch, scalar};
+use super::{
+    Conn, Store, StoreError, StoreResult, execute, fetch,
+    local::{FromLocalRow, rows_of},
+    scalar,
+    writer::{WriteKind, not_set_based},
+};
 
 /// An entry to add.
 #[derive(Clone, Debug)]
@@ -87,44 +92,10 @@ macro_rules! filter {
 
 impl Store {
     /// Adds an entry unless one for the same recipient, channel and category exists. Returns
-    /// the entry (the new one, or the one that was there) and whether it is new.
+    /// the entry (the new one, or the one that was there) and whether it is new. The entries
+    /// of a batch are added together ([`SuppressionAdd`]).
     pub async fn add_suppression(&self, new: NewSuppression) -> StoreResult<(SuppressionRecord, bool)> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                let id = SuppressionId::new();
-                let category = new.category.clone().unwrap_or_default();
-                let added = execute!(
-                    conn,
-                    "INSERT INTO suppressions
-                         (id, tenant_id, channel, recipient_key, recipient_masked, category, reason, transaction_id,
-                          created_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                     ON CONFLICT (tenant_id, recipient_key, channel, category) DO NOTHING",
-                    &id,
-                    &new.tenant_id,
-                    &new.channel,
-                    &new.recipient_key,
-                    &new.recipient_masked,
-                    &category,
-                    &new.reason,
-                    &new.transaction_id,
-                    new.created_at
-                )?;
-                let record = fetch!(
-                    conn,
-                    fetch_one,
-                    SuppressionRecord,
-                    concat!("SELECT ", columns!(), " FROM suppressions
-                         WHERE tenant_id = $1 AND recipient_key = $2 AND channel = $3 AND category = $4"),
-                    &new.tenant_id,
-                    &new.recipient_key,
-                    &new.channel,
-                    &category
-                )?;
-                Ok((record, added == 1))
-            })
-        })
-        .await
+        self.writer.submit(SuppressionAdd(new)).await
     }
 
     /// Adds a `carrier_opt_out` for an SMS recipient (an inbound STOP) in every tenant that has
@@ -345,5 +316,173 @@ impl Store {
             "SELECT tenant_id, channel, recipient, recipient_masked, recipient_key FROM notifications WHERE id = $1",
             id
         )
+    }
+}
+
+/// An entry with the key it is matched by, as the group's read-back returns it.
+#[derive(sqlx::FromRow)]
+struct KeyedRecord {
+    recipient_key: String,
+    #[sqlx(flatten)]
+    record: SuppressionRecord,
+}
+
+impl super::local::FromLocalRow for KeyedRecord {
+    fn from_local_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self { recipient_key: row.get("recipient_key")?, record: SuppressionRecord::from_local_row(row)? })
+    }
+}
+
+/// An entry to add, for the writer: a batch's entries are inserted by one statement
+/// (PostgreSQL's `unnest`, SQLite's multi-row `VALUES`), skipping those already there, and read
+/// back by a second, so a bulk import costs two statements per batch, not two per entry. Two
+/// adds of one entry are never in one group: the second runs after the first, and finds it.
+pub(crate) struct SuppressionAdd(NewSuppression);
+
+impl SuppressionAdd {
+    /// The entry's identity: tenant, recipient key, channel, category (`''`: every one).
+    fn identity(&self) -> (&str, &str, &str, &str) {
+        let n = &self.0;
+        (
+            n.tenant_id.as_str(),
+            n.recipient_key.as_str(),
+            n.channel.as_str(),
+            n.category.as_deref().unwrap_or(""),
+        )
+    }
+}
+
+const ADD_POSTGRES: &str = "INSERT INTO suppressions
+         (id, tenant_id, channel, recipient_key, recipient_masked, category, reason, transaction_id, created_at)
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                          $8::text[], $9::int8[])
+     ON CONFLICT (tenant_id, recipient_key, channel, category) DO NOTHING
+     RETURNING id";
+const FIND_POSTGRES: &str = concat!(
+    "SELECT s.recipient_key, ",
+    "s.id, s.tenant_id, s.channel, s.recipient_masked, s.category, s.reason, s.transaction_id, s.created_at",
+    " FROM suppressions s
+     JOIN unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(tenant_id, recipient_key, channel, category)
+       ON s.tenant_id = k.tenant_id AND s.recipient_key = k.recipient_key AND s.channel = k.channel
+      AND s.category = k.category"
+);
+const ADD_LOCAL: (&str, &str, &str) = (
+    "INSERT INTO suppressions
+         (id, tenant_id, channel, recipient_key, recipient_masked, category, reason, transaction_id, created_at)",
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "ON CONFLICT (tenant_id, recipient_key, channel, category) DO NOTHING RETURNING id",
+);
+const FIND_LOCAL: (&str, &str, &str) = (
+    concat!(
+        "SELECT s.recipient_key, ",
+        "s.id, s.tenant_id, s.channel, s.recipient_masked, s.category, s.reason, s.transaction_id, s.created_at",
+        " FROM suppressions s JOIN ("
+    ),
+    "(?, ?, ?, ?)",
+    ") AS v ON s.tenant_id = v.column1 AND s.recipient_key = v.column2 AND s.channel = v.column3
+        AND s.category = v.column4",
+);
+
+impl WriteKind for SuppressionAdd {
+    type Answer = (SuppressionRecord, bool);
+    type Key = (String, String, String, String);
+
+    fn conflict_keys(&self) -> Vec<Self::Key> {
+        let (t, r, c, g) = self.identity();
+        vec![(t.to_owned(), r.to_owned(), c.to_owned(), g.to_owned())]
+    }
+
+    async fn write_all(conn: &mut Conn<'_>, group: &[&Self]) -> StoreResult<Vec<Self::Answer>> {
+        let ids: Vec<SuppressionId> = group.iter().map(|_| SuppressionId::new()).collect();
+        let (added, found): (Vec<SuppressionId>, Vec<KeyedRecord>) = match conn {
+            Conn::Postgres(pg) => {
+                let text = |f: &dyn Fn(&NewSuppression) -> &str| -> Vec<String> {
+                    group.iter().map(|a| f(&a.0).to_owned()).collect()
+                };
+                let (tenants, keys, channels) = (
+                    text(&|n| n.tenant_id.as_str()),
+                    text(&|n| n.recipient_key.as_str()),
+                    text(&|n| n.channel.as_str()),
+                );
+                let categories: Vec<String> = group.iter().map(|a| a.identity().3.to_owned()).collect();
+                super::count_call();
+                let added = sqlx::query_scalar(ADD_POSTGRES)
+                    .bind(ids.iter().map(|id| id.as_str().to_owned()).collect::<Vec<_>>())
+                    .bind(&tenants)
+                    .bind(&channels)
+                    .bind(&keys)
+                    .bind(text(&|n| n.recipient_masked.as_str()))
+                    .bind(&categories)
+                    .bind(text(&|n| n.reason.as_str()))
+                    .bind(
+                        group
+                            .iter()
+                            .map(|a| a.0.transaction_id.as_ref().map(|t| t.as_str().to_owned()))
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(group.iter().map(|a| a.0.created_at).collect::<Vec<_>>())
+                    .fetch_all(&mut **pg)
+                    .await?;
+                super::count_call();
+                let found = sqlx::query_as(FIND_POSTGRES)
+                    .bind(&tenants)
+                    .bind(&keys)
+                    .bind(&channels)
+                    .bind(&categories)
+                    .fetch_all(&mut **pg)
+                    .await?;
+                (added, found)
+            }
+            Conn::Local(local) => {
+                let rows: Vec<(&SuppressionId, &NewSuppression, &str)> =
+                    ids.iter().zip(group).map(|(id, a)| (id, &a.0, a.identity().3)).collect();
+                let added = rows_of(
+                    local,
+                    ADD_LOCAL,
+                    &rows,
+                    |(id, n, category)| {
+                        vec![
+                            *id,
+                            &n.tenant_id,
+                            &n.channel,
+                            &n.recipient_key,
+                            &n.recipient_masked,
+                            category,
+                            &n.reason,
+                            &n.transaction_id,
+                            &n.created_at,
+                        ]
+                    },
+                    |row| row.get(0),
+                )?;
+                let found = rows_of(
+                    local,
+                    FIND_LOCAL,
+                    &rows,
+                    |(_, n, category)| vec![&n.tenant_id, &n.recipient_key, &n.channel, category],
+                    KeyedRecord::from_local_row,
+                )?;
+                (added, found)
+            }
+            Conn::Sqlite(_) => return Err(not_set_based()),
+        };
+        group
+            .iter()
+            .map(|add| {
+                let (tenant, key, channel, category) = add.identity();
+                let found = found.iter().find(|f| {
+                    let r = &f.record;
+                    f.recipient_key == key
+                        && r.tenant_id.as_str() == tenant
+                        && r.channel.as_str() == channel
+                        && r.category == category
+                });
+                let record = found.map(|f| f.record.clone()).ok_or_else(|| {
+                    StoreError::Statement("a suppression just added or found was not read back".to_owned())
+                })?;
+                let created = added.contains(&record.id);
+                Ok((record, created))
+            })
+            .collect()
     }
 }

@@ -117,21 +117,28 @@ const CLAIM_SQLITE: &str = "UPDATE webhook_messages SET next_attempt_at = $3, le
                              AND p.status = 'pending' AND p.id < m.id)
          ORDER BY m.next_attempt_at, m.id LIMIT $5)";
 
-/// PostgreSQL: the same, skipping rows another daemon is claiming. A message whose earlier
-/// sibling another daemon holds still sees that sibling pending, so it waits.
+/// PostgreSQL: the same rule, skipping rows another daemon is claiming (a message whose earlier
+/// sibling another daemon holds still sees that sibling pending, so it waits), written so the
+/// plan cannot go quadratic on a table without statistics yet (a burst into a new table): "the
+/// first pending message of its subject" as a scalar `MIN(id)` (an index-only probe of
+/// `webhook_messages_order`), never an anti-join, and ordered by the due index's own column so
+/// the scan stops at `LIMIT`. As `NOT EXISTS` with `ORDER BY next_attempt_at, id`, one claim
+/// over 20,000 due messages planned a nested loop over every pending message per candidate
+/// and ran for minutes.
 const CLAIM_POSTGRES: &str = "UPDATE webhook_messages SET next_attempt_at = $3, lease = $4, updated_at = $2
      WHERE id IN (
          SELECT m.id FROM webhook_messages m
          WHERE m.endpoint_id = $1 AND m.status = 'pending' AND m.next_attempt_at <= $2
-           AND NOT EXISTS (SELECT 1 FROM webhook_messages p
-                           WHERE p.endpoint_id = m.endpoint_id AND p.subject_id = m.subject_id
-                             AND p.status = 'pending' AND p.id < m.id)
-         ORDER BY m.next_attempt_at, m.id LIMIT $5 FOR UPDATE SKIP LOCKED)";
+           AND m.id = (SELECT MIN(p.id) FROM webhook_messages p
+                       WHERE p.endpoint_id = m.endpoint_id AND p.subject_id = m.subject_id AND p.status = 'pending')
+         ORDER BY m.next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED)";
 
 /// Moves due messages that wait behind an earlier pending message about the same subject, which
 /// waits for a later retry, to that retry's time.
+/// (`+p.next_attempt_at`: see the fan-out trigger in migration 0015; SQLite would walk the
+/// endpoint's whole pending index for a bare column's `MAX`.)
 const DEFER_BLOCKED: &str = "UPDATE webhook_messages SET next_attempt_at = (
-         SELECT MAX(p.next_attempt_at) FROM webhook_messages p
+         SELECT MAX(+p.next_attempt_at) FROM webhook_messages p
          WHERE p.endpoint_id = webhook_messages.endpoint_id AND p.subject_id = webhook_messages.subject_id
            AND p.status = 'pending' AND p.id < webhook_messages.id AND p.lease IS NULL)
      WHERE endpoint_id = $1 AND status = 'pending' AND next_attempt_at <= $2
@@ -148,9 +155,13 @@ impl Store {
             &mut conn.conn(),
             fetch_all,
             DueEndpoint,
+            // `ORDER BY … LIMIT 1`, not `MIN(…)`: SQLite then reads the first entry of the
+            // pending index, where `MIN` walked every pending message of the endpoint (and its
+            // row), on every turn of the dispatcher.
             "SELECT e.id, e.url, e.secret_generation, e.previous_until,
-                    (SELECT MIN(m.next_attempt_at) FROM webhook_messages m
-                     WHERE m.endpoint_id = e.id AND m.status = 'pending') AS next_due
+                    (SELECT m.next_attempt_at FROM webhook_messages m
+                     WHERE m.endpoint_id = e.id AND m.status = 'pending'
+                     ORDER BY m.next_attempt_at LIMIT 1) AS next_due
              FROM webhook_endpoints e WHERE e.status = 'enabled'"
         )
     }
@@ -165,7 +176,7 @@ impl Store {
         limit: i64,
         lease: String,
     ) -> StoreResult<Vec<ClaimedMessage>> {
-        self.write(move |conn| {
+        self.write_apart(move |conn| {
             Box::pin(async move {
                 let claim = if conn.engine() == Engine::Postgres { CLAIM_POSTGRES } else { CLAIM_SQLITE };
                 let claimed = execute!(conn, claim, &endpoint_id, now, lease_until, &lease, limit)?;
@@ -195,7 +206,7 @@ impl Store {
     /// its lease), the order of its siblings, the endpoint's failure clock, and disabling. Returns
     /// the reason if the endpoint was disabled by it.
     pub async fn record_webhook_attempt(&self, attempt: WebhookAttemptRecord) -> StoreResult<Disabled> {
-        self.write(move |conn| Box::pin(async move { record_attempt(conn, attempt).await })).await
+        self.write_apart(move |conn| Box::pin(async move { record_attempt(conn, attempt).await })).await
     }
 
     /// One page of an endpoint's messages, newest first, with their attempts (oldest first), and
@@ -327,12 +338,14 @@ async fn record_attempt(conn: &mut Conn<'_>, a: WebhookAttemptRecord) -> StoreRe
         // Another daemon took the message over after this lease ran out: its attempt decides.
         return Ok(None);
     }
+    // (`+next_attempt_at`: the siblings are found by subject in `webhook_messages_order`; a bare
+    // column let the planner range over the endpoint's whole due index instead, once per attempt.)
     match next {
         // Later messages about the same subject wait for this one.
         Some(at) => execute!(
             conn,
             "UPDATE webhook_messages SET next_attempt_at = $4
-             WHERE endpoint_id = $1 AND subject_id = $2 AND status = 'pending' AND id > $3 AND next_attempt_at < $4",
+             WHERE endpoint_id = $1 AND subject_id = $2 AND status = 'pending' AND id > $3 AND +next_attempt_at < $4",
             &a.endpoint_id,
             &a.subject_id,
             a.message_id,
@@ -342,7 +355,7 @@ async fn record_attempt(conn: &mut Conn<'_>, a: WebhookAttemptRecord) -> StoreRe
         None => execute!(
             conn,
             "UPDATE webhook_messages SET next_attempt_at = $4
-             WHERE endpoint_id = $1 AND subject_id = $2 AND status = 'pending' AND id > $3 AND next_attempt_at > $4
+             WHERE endpoint_id = $1 AND subject_id = $2 AND status = 'pending' AND id > $3 AND +next_attempt_at > $4
                AND lease IS NULL",
             &a.endpoint_id,
             &a.subject_id,
