@@ -9,7 +9,6 @@ use herald_common::{
     api::{
         activity::{ActivityItem, ActivityStatus},
         notifications::Channel,
-        webhooks::EndpointStatus,
     },
     client::ConnectionState,
 };
@@ -26,8 +25,7 @@ use crate::{
     feed::BUCKET_SECONDS,
     inbox::InboxPane,
     keymap::{KEYMAP, Mode},
-    layout,
-    webhooks::{self, EndpointHealth},
+    layout, webhooks,
 };
 
 pub fn status_color(status: ActivityStatus) -> Color {
@@ -80,7 +78,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Mode::Confirm => draw_question(frame, app),
         Mode::Detail => draw_detail(frame, app),
         Mode::Help => draw_help(frame, app.help_scroll),
-        Mode::Webhooks => draw_webhooks(frame, app),
+        Mode::Webhooks => webhooks::draw(frame, app),
         Mode::Normal => {}
     }
 }
@@ -324,7 +322,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
 }
 
 /// A centered box of `width`×`height` (clamped to the screen), cleared.
-fn popup(frame: &mut Frame, width: u16, height: u16, title: &str) -> Rect {
+pub(crate) fn popup(frame: &mut Frame, width: u16, height: u16, title: &str) -> Rect {
     let screen = frame.area();
     let (w, h) = (width.min(screen.width), height.min(screen.height));
     let area = Rect {
@@ -455,95 +453,6 @@ fn draw_detail(frame: &mut Frame, app: &App) {
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
 
-/// The webhooks panel: one row per endpoint, its status (and why it is disabled), the share of
-/// its recent attempts that succeeded, what waits and when it was last tried.
-fn draw_webhooks(frame: &mut Frame, app: &App) {
-    let screen = frame.area();
-    let inner = popup(
-        frame,
-        screen.width.saturating_sub(4).min(120),
-        screen.height.saturating_sub(2),
-        "Webhook endpoints",
-    );
-    let endpoints = match &app.webhooks {
-        None => return frame.render_widget(Paragraph::new("Loading…"), inner),
-        Some(Err(e)) => {
-            let text =
-                Paragraph::new(e.as_str()).style(Style::default().fg(Color::Red)).wrap(Wrap { trim: true });
-            return frame.render_widget(text, inner);
-        }
-        Some(Ok(endpoints)) => endpoints,
-    };
-    let [table_area, hint] = Layout::vertical([Constraint::Min(1), Constraint::Length(1)]).areas(inner);
-    let rate = |h: &EndpointHealth| match h.success_percent() {
-        None => Cell::from("-"),
-        Some(p) => {
-            let color = match p {
-                p if p >= 99.0 => Color::Green,
-                p if p >= 90.0 => Color::Yellow,
-                _ => Color::Red,
-            };
-            Cell::from(format!("{p:.0}% of {}", h.attempts)).style(Style::default().fg(color))
-        }
-    };
-    // One row per endpoint, and under a disabled one a row saying why.
-    let rows: Vec<Row> = endpoints
-        .iter()
-        .flat_map(|h| {
-            let e = &h.endpoint;
-            let (status, color) = match e.status {
-                EndpointStatus::Enabled => ("enabled", Color::Green),
-                EndpointStatus::Disabled => ("disabled", Color::Red),
-            };
-            let about = match &e.description {
-                Some(description) => format!("{} · {description}", e.url),
-                None => e.url.clone(),
-            };
-            let last = h.last_attempt.map(|t| format!("{} ago", age(app.now_ms, t)));
-            let row = Row::new(vec![
-                Cell::from(status).style(Style::default().fg(color)),
-                rate(h),
-                Cell::from(h.pending.to_string()),
-                Cell::from(h.failed.to_string()),
-                Cell::from(last.unwrap_or_else(|| "never".into())),
-                Cell::from(about),
-            ]);
-            let why = e.disabled_reason.as_ref().map(|reason| {
-                let why = Cell::from(format!("↳ {reason}")).style(Style::default().fg(Color::Red));
-                Row::new(vec![
-                    Cell::from(""),
-                    Cell::from(""),
-                    Cell::from(""),
-                    Cell::from(""),
-                    Cell::from(""),
-                    why,
-                ])
-            });
-            std::iter::once(row).chain(why)
-        })
-        .collect();
-    if rows.is_empty() {
-        frame.render_widget(Paragraph::new("No endpoints: herald webhooks add URL"), table_area);
-    } else {
-        let widths = [
-            Constraint::Length(9),
-            Constraint::Length(12),
-            Constraint::Length(8),
-            Constraint::Length(7),
-            Constraint::Length(10),
-            Constraint::Min(10),
-        ];
-        let header = Row::new(["STATUS", "SUCCESS", "PENDING", "FAILED", "LAST", "URL"])
-            .style(Style::default().add_modifier(Modifier::BOLD));
-        frame.render_widget(Table::new(rows, widths).header(header), table_area);
-    }
-    let note = format!(
-        "success: the 2xx share of the attempts of each endpoint's last {} messages · Esc close",
-        webhooks::RECENT
-    );
-    frame.render_widget(Paragraph::new(note).style(Style::default().fg(Color::DarkGray)), hint);
-}
-
 fn draw_help(frame: &mut Frame, scroll: usize) {
     let rows: Vec<Row> = KEYMAP
         .iter()
@@ -567,7 +476,7 @@ fn draw_help(frame: &mut Frame, scroll: usize) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use herald_common::{
         api::{
             activity::{ActivityDetail, ActivityStatus},
@@ -583,9 +492,9 @@ mod tests {
     use super::*;
     use crate::{app::Action, feed::tests::item, keymap::KeyAction};
 
-    const NOW: i64 = 1_795_000_000_000;
+    pub(crate) const NOW: i64 = 1_795_000_000_000;
 
-    fn render(app: &App, width: u16, height: u16) -> String {
+    pub(crate) fn render(app: &App, width: u16, height: u16) -> String {
         let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
         terminal.draw(|frame| draw(frame, app)).unwrap();
         let buffer = terminal.backend().buffer();
@@ -602,7 +511,7 @@ mod tests {
     }
 
     /// An app with fixed items (ids replaced by fixed ones so snapshots are stable).
-    fn app() -> App {
+    pub(crate) fn app() -> App {
         let mut app = App::new("http://127.0.0.1:8080".into(), NOW);
         app.activity_state = ConnectionState::Live;
         app.backfilled = true;
@@ -772,54 +681,6 @@ mod tests {
             Color::DarkGray,
             "a suppression's reason is grey, not red"
         );
-    }
-
-    #[test]
-    fn the_webhooks_panel() {
-        use herald_common::{
-            api::webhooks::{MessageStatus, WebhookDeliveryList},
-            ids::WebhookEndpointId,
-        };
-
-        use crate::webhooks::tests::{endpoint, message};
-
-        let mut app = app();
-        assert_eq!(app.update(Action::Key(KeyAction::ShowWebhooks)), vec![crate::app::Command::LoadWebhooks]);
-        assert!(render(&app, 100, 24).contains("Loading…"));
-        let page = |items| WebhookDeliveryList { total_count: 0, page: 1, limit: 100, items };
-        let mut healthy = endpoint("https://hooks.example.com/herald", EndpointStatus::Enabled);
-        healthy.endpoint_id = WebhookEndpointId::parse("whe_01kqzs0000000000000000000a").unwrap();
-        let mut gone = endpoint("https://old.example.com/in", EndpointStatus::Disabled);
-        gone.endpoint_id = WebhookEndpointId::parse("whe_01kqzs0000000000000000000b").unwrap();
-        gone.disabled_reason = Some("the endpoint answered 410 Gone".into());
-        let ok = |n| (0..n).map(|_| message(MessageStatus::Succeeded, &[Some(200)])).collect::<Vec<_>>();
-        let mut flaky = ok(3);
-        flaky.push(message(MessageStatus::Pending, &[Some(500)]));
-        let health = vec![
-            EndpointHealth::of(healthy, &page(ok(40))),
-            EndpointHealth::of(gone, &page(vec![message(MessageStatus::Failed, &[Some(410)])])),
-            EndpointHealth::of(
-                endpoint("https://flaky.example.com/h", EndpointStatus::Enabled),
-                &page(flaky),
-            ),
-        ];
-        let recently = Some(Timestamp::from_millis(NOW - 2_000));
-        let health = health.into_iter().map(|h| EndpointHealth { last_attempt: recently, ..h }).collect();
-        app.update(Action::Webhooks(Ok(health)));
-        let screen = render(&app, 100, 24);
-        insta::assert_snapshot!("webhooks_100x24", screen);
-        assert!(screen.contains("100% of 40") && screen.contains("75% of 4"), "{screen}");
-        assert!(screen.contains("disabled") && screen.contains("410 Gone"), "{screen}");
-        // It loads again while open, and not once closed.
-        assert_eq!(
-            app.update(Action::Tick(NOW + 4_000 + webhooks::REFRESH_MS)),
-            vec![crate::app::Command::LoadWebhooks]
-        );
-        app.update(Action::Key(KeyAction::Close));
-        assert!(app.update(Action::Tick(NOW + 60_000)).is_empty());
-        app.update(Action::Key(KeyAction::ShowWebhooks));
-        app.update(Action::Webhooks(Err("forbidden (403): the credential lacks webhooks:read".into())));
-        assert!(render(&app, 100, 24).contains("lacks webhooks:read"));
     }
 
     #[test]
