@@ -27,5 +27,6 @@ mod terminal;
 mod tui;
 mod unavailable;
 mod unsubscribe;
+mod webhook_events;
 mod webhook_ops;
 mod webhooks;
