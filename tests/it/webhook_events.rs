@@ -6,11 +6,11 @@
 
 use herald_common::api::{
     domains::{DomainIn, DomainStatus, RecordPurpose},
-    notifications::{Channel, NotificationIn},
+    notifications::{Channel, DeliveryStatus, NotificationIn},
     webhooks::EventType,
 };
 use herald_tests::{
-    Backend, TestDaemon, both_backends,
+    Backend, TestDaemon, both_backends, eventually,
     peers::{DnsServer, TwilioServer, TwilioSigner, WebhookReceiver},
 };
 use reqwest::{Method, StatusCode};
@@ -41,6 +41,14 @@ async fn a_receipt_is_an_event(backend: Backend) {
         let n = NotificationIn::new(Channel::Sms, format!("+1415555010{i}"), "Your order shipped");
         let id = key.send_notification(&n, None).await.unwrap().notification_id;
         let message = twilio.wait_for(i + 1, WAIT).await.remove(i);
+        // The callback after Herald has recorded the send: a receipt that overtakes the send's
+        // own record is kept but moves no status (a known gap of the receipts, in the closing
+        // note of 2026-11-27), and that race is not what this test is about.
+        eventually("the send to be recorded", WAIT, || async {
+            let shown = key.notification(&id).await.unwrap();
+            (shown.delivery_status == DeliveryStatus::Sent).then_some(())
+        })
+        .await;
         let sid = message.sid.expect("the peer accepted the message");
         let mut fields =
             vec![("MessageSid", sid.as_str()), ("MessageStatus", status), ("AccountSid", "AC123")];
