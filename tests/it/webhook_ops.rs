@@ -1,58 +1,17 @@
 //! The operator's side of event webhooks, on both backends: every `herald webhooks` command
 //! against the real daemon delivering to a loopback receiver (an endpoint that accepts, one that
 //! fails, one that is gone), and the dashboard's webhooks panel in a real terminal (tmux) showing
-//! each endpoint's status and recent success rate. The signatures themselves are checked with the
-//! official library in `webhooks.rs`.
+//! each endpoint's status and recent success rate. Every delivery is verified by the receiver
+//! peer with the official `standardwebhooks` library.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::time::Duration;
 
-use axum::{Router, extract::Path, extract::State, http::StatusCode, routing::post};
-use herald_tests::{Backend, TestDaemon, both_backends, eventually};
+use herald_tests::{Backend, TestDaemon, both_backends, eventually, peers::WebhookReceiver};
 use serde_json::Value;
 
 use crate::{cli::Cli, terminal::Terminal, tui::line_with};
 
 const WAIT: Duration = Duration::from_secs(15);
-
-/// A receiver: `/ok` answers 204, `/fail` 500, `/gone` 410; it counts what each got.
-struct Hooks {
-    base: String,
-    got: Arc<Mutex<HashMap<String, usize>>>,
-}
-
-impl Hooks {
-    async fn start() -> Hooks {
-        async fn hook(
-            State(got): State<Arc<Mutex<HashMap<String, usize>>>>,
-            Path(name): Path<String>,
-        ) -> StatusCode {
-            *got.lock().unwrap().entry(name.clone()).or_default() += 1;
-            match name.as_str() {
-                "ok" => StatusCode::NO_CONTENT,
-                "gone" => StatusCode::GONE,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            }
-        }
-        let got = Arc::new(Mutex::new(HashMap::new()));
-        let app = Router::new().route("/{name}", post(hook)).with_state(got.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Hooks { base, got }
-    }
-
-    fn url(&self, name: &str) -> String {
-        format!("{}/{name}", self.base)
-    }
-
-    fn count(&self, name: &str) -> usize {
-        self.got.lock().unwrap().get(name).copied().unwrap_or(0)
-    }
-}
 
 /// The endpoint's newest message, once `pred` holds for it.
 async fn newest_delivery(cli: &Cli, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
@@ -65,7 +24,10 @@ async fn newest_delivery(cli: &Cli, id: &str, what: &str, pred: impl Fn(&Value) 
 }
 
 async fn operate(backend: Backend) {
-    let hooks = Hooks::start().await;
+    let hooks = WebhookReceiver::start().await;
+    hooks.set_answers("fail", &["500"]);
+    hooks.set_answers("gone", &["410"]);
+    let count = |label: &str| hooks.received(label).len();
     let d = TestDaemon::start_with(
         backend,
         vec![
@@ -84,6 +46,7 @@ async fn operate(backend: Backend) {
         .json();
     let ok = added["endpoint_id"].as_str().unwrap().to_owned();
     let secret = added["secret"].as_str().unwrap().to_owned();
+    hooks.set_secrets("ok", &[&secret]);
     assert!(secret.starts_with("whsec_"), "{added}");
     let got = cli.run(&["webhooks", "get", &ok, "--json"]).await.json();
     assert_eq!(got, cli.api_json(&format!("/api/v1/webhooks/{ok}")).await);
@@ -107,7 +70,7 @@ async fn operate(backend: Backend) {
         (newest["event_type"].as_str(), newest["attempts"][0]["http_status"].as_u64()),
         (Some("webhook.test"), Some(204))
     );
-    assert_eq!(hooks.count("ok"), 1);
+    assert_eq!(count("ok"), 1);
     let table = cli.run(&["webhooks", "deliveries", &ok]).await;
     for needle in [newest["message_id"].as_str().unwrap(), "webhook.test", "succeeded", "204"] {
         assert!(table.ok().contains(needle), "`{needle}` in:\n{}", table.stdout);
@@ -126,30 +89,35 @@ async fn operate(backend: Backend) {
     );
     let rotated = cli.run(&["webhooks", "rotate-secret", &ok, "--json"]).await.json();
     let new_secret = rotated["secret"].as_str().unwrap();
+    hooks.set_secrets("ok", &[new_secret, &secret]);
     assert!(new_secret.starts_with("whsec_") && new_secret != secret, "{rotated}");
     assert!(cli.run(&["webhooks", "rotate-secret", &ok]).await.stderr.contains("old secret"));
 
+    // Adds an endpoint with the CLI and tells the receiver its secret; its id.
+    let add = |url: &str, label: &'static str| {
+        let (cli, hooks, url) = (&cli, &hooks, url.to_owned());
+        async move {
+            let added = cli.run(&["webhooks", "add", &url, "--json"]).await.json();
+            hooks.set_secrets(label, &[added["secret"].as_str().unwrap()]);
+            added["endpoint_id"].as_str().unwrap().to_owned()
+        }
+    };
+
     // A failing endpoint: the schedule runs out, the message is failed; `recover` sends it again.
-    let failing = cli.run(&["webhooks", "add", &hooks.url("fail"), "--json"]).await.json()["endpoint_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let failing = add(&hooks.url("fail"), "fail").await;
     cli.run(&["webhooks", "test", &failing]).await.ok();
     newest_delivery(&cli, &failing, "the schedule to run out", |m| m["status"] == "failed").await;
-    let tries = hooks.count("fail");
+    let tries = count("fail");
     assert!(tries >= 2, "tried, then retried: {tries}");
     let recovered = cli.run(&["webhooks", "recover", &failing, "--since", "1h"]).await;
     assert!(recovered.ok().contains("1 failed messages"), "{}", recovered.stdout);
     eventually("the recovered message to be sent again", WAIT, || async {
-        (hooks.count("fail") > tries).then_some(())
+        (count("fail") > tries).then_some(())
     })
     .await;
 
     // A gone endpoint is disabled at once, with the reason.
-    let gone = cli.run(&["webhooks", "add", &hooks.url("gone"), "--json"]).await.json()["endpoint_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let gone = add(&hooks.url("gone"), "gone").await;
     cli.run(&["webhooks", "test", &gone]).await.ok();
     let shown = eventually("the 410 to disable the endpoint", WAIT, || async {
         let e = cli.run(&["webhooks", "get", &gone, "--json"]).await.json();
@@ -157,7 +125,7 @@ async fn operate(backend: Backend) {
     })
     .await;
     assert!(shown["disabled_reason"].as_str().unwrap().contains("410"), "{shown}");
-    assert_eq!(hooks.count("gone"), 1, "never tried again");
+    assert_eq!(count("gone"), 1, "never tried again");
 
     // The dashboard's panel: each endpoint, its status and its success rate.
     let term = Terminal::start(&cli, "webhooks", &["tui"], &[]).await;
