@@ -20,12 +20,14 @@ use ratatui::{
     widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Sparkline, Table, Wrap},
 };
 
+mod webhooks;
+
 use crate::{
     app::{App, Bulk, HIGHLIGHT_MS, Prompt},
     feed::BUCKET_SECONDS,
     inbox::InboxPane,
     keymap::{KEYMAP, Mode},
-    layout, webhooks,
+    layout,
 };
 
 pub fn status_color(status: ActivityStatus) -> Color {
@@ -322,7 +324,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
 }
 
 /// A centered box of `width`×`height` (clamped to the screen), cleared.
-pub(crate) fn popup(frame: &mut Frame, width: u16, height: u16, title: &str) -> Rect {
+fn popup(frame: &mut Frame, width: u16, height: u16, title: &str) -> Rect {
     let screen = frame.area();
     let (w, h) = (width.min(screen.width), height.min(screen.height));
     let area = Rect {
