@@ -387,7 +387,14 @@ async fn postfix_bounce(backend: Backend) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let log = postfix.log();
+    // Postfix logs the DSN's delivery once the listener has answered it: a moment after the item
+    // turned bounced, so the log is read when that line is there.
+    let dsn_delivered = format!("relay=127.0.0.1[127.0.0.1]:{bounce_port}");
+    let log = eventually("Postfix to log the DSN's delivery", Duration::from_secs(10), || async {
+        let log = postfix.log();
+        log.contains(&dsn_delivered).then_some(log)
+    })
+    .await;
     assert_eq!(detail.attempts.len(), 1, "Postfix accepted it: {log}");
     let reason = detail.item.failure_reason.clone().unwrap();
     assert!(reason.starts_with("5.1.1: smtp; 550 5.1.1 <a*n@example.net>"), "{reason}\n{log}");
