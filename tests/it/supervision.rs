@@ -62,6 +62,10 @@ both_backends!(a_writer_panic_is_survived_on_each_backend, a_writer_panic_is_sur
 /// exits with an error naming the writer; writes are refused meanwhile.
 async fn a_writer_that_keeps_panicking_stops_the_daemon(backend: Backend) {
     let d = TestDaemon::start(backend).await;
+    // Serving first registers the daemon through the writer: the panics come after that, or the
+    // start itself fails on the stopped writer instead of the supervisor stopping the daemon.
+    eventually("the daemon to serve", Duration::from_secs(10), || async { d.client.readyz().await.ok() })
+        .await;
     for _ in 0..herald_daemon::store::WRITER_CRASH_LOOP {
         assert!(panic_in_the_writer(&d.state.store).await.is_err());
     }
