@@ -29,4 +29,5 @@ mod unavailable;
 mod unsubscribe;
 mod webhook_events;
 mod webhook_ops;
+mod webhook_store;
 mod webhooks;

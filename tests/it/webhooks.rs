@@ -465,6 +465,45 @@ both_backends!(
     a_slow_endpoint_does_not_delay_another
 );
 
+/// A dead endpoint is probed, not flooded: after five failures in a row it gets one message at a
+/// time, a second apart, and its other messages wait with their attempts unspent; the first
+/// success opens it again and every event arrives.
+async fn a_failing_endpoint_is_probed_not_flooded(backend: Backend) {
+    let mut extra = env();
+    extra.push(("HERALD_WEBHOOK_ENDPOINT_CONCURRENCY", "4".to_owned()));
+    let d = TestDaemon::start_with(backend, extra).await;
+    let boot = d.bootstrap().await;
+    let key = d.with_token(&boot.api_key);
+    let receiver = WebhookReceiver::start().await;
+    endpoint(&key, &receiver, "dead", None).await;
+    receiver.set_answers("dead", &["500"]);
+    for i in 0..40 {
+        suppress(&key, Channel::Email, &format!("p{i}@example.com")).await;
+    }
+    // Two slots' worth fail (4 in flight, 4 waiting), then a probe a second.
+    receiver.wait_for("dead", 8, WAIT).await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let tried = receiver.received("dead").len();
+    // Flooded, the 40 messages' four attempts each (100 ms apart) would all have been made.
+    assert!(tried <= 8 + 4, "{tried} requests to a dead endpoint in 2.5 s");
+    receiver.set_answers("dead", &["ok"]);
+    let delivered = eventually("every event to arrive once the endpoint answers", WAIT, || async {
+        let ids: HashSet<String> = receiver
+            .received("dead")
+            .into_iter()
+            .filter(|r| r.answered < 300)
+            .map(|r| r.webhook_id)
+            .collect();
+        (ids.len() == 40).then_some(ids)
+    })
+    .await;
+    assert_eq!(delivered.len(), 40);
+}
+both_backends!(
+    a_failing_endpoint_is_probed_not_flooded_on_each_backend,
+    a_failing_endpoint_is_probed_not_flooded
+);
+
 async fn private_networks_are_refused(backend: Backend) {
     // No allowed networks: loopback is private.
     let d =

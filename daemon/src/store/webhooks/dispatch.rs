@@ -81,9 +81,6 @@ pub struct WebhookAttemptRecord {
     pub disable_after_ms: i64,
 }
 
-/// Whether the endpoint was disabled by an attempt, and why.
-pub type Disabled = Option<String>;
-
 /// A message as `deliveries` lists it.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct MessageRecord {
@@ -202,11 +199,18 @@ impl Store {
         .await
     }
 
-    /// Records an attempt and its verdict: the message's new state (if this daemon still holds
-    /// its lease), the order of its siblings, the endpoint's failure clock, and disabling. Returns
-    /// the reason if the endpoint was disabled by it.
-    pub async fn record_webhook_attempt(&self, attempt: WebhookAttemptRecord) -> StoreResult<Disabled> {
-        self.write_apart(move |conn| Box::pin(async move { record_attempt(conn, attempt).await })).await
+    /// Records attempts and their verdicts, together (one transaction; on PostgreSQL a few
+    /// set-based statements whatever their number): each message's new state (if this daemon
+    /// still holds its lease), the order of its siblings, its endpoint's failure clock, and
+    /// disabling. Returns the endpoints the attempts disabled, with why.
+    pub async fn record_webhook_attempts(
+        &self,
+        attempts: Vec<WebhookAttemptRecord>,
+    ) -> StoreResult<Vec<(WebhookEndpointId, String)>> {
+        if attempts.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write_apart(move |conn| Box::pin(async move { record_attempts(conn, &attempts).await })).await
     }
 
     /// One page of an endpoint's messages, newest first, with their attempts (oldest first), and
@@ -297,8 +301,97 @@ impl Store {
     }
 }
 
-/// The statements of [`Store::record_webhook_attempt`].
-async fn record_attempt(conn: &mut Conn<'_>, a: WebhookAttemptRecord) -> StoreResult<Disabled> {
+/// PostgreSQL: a group's attempts, their events' bodies and their messages' new states in one
+/// statement; returns the messages whose lease the group still held.
+const SETTLE_POSTGRES: &str = "WITH input AS (
+         SELECT * FROM unnest($1::int8[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::int8[], $7::text[],
+                              $8::int8[], $9::int8[], $10::text[])
+             AS t(message_id, lease, at, http_status, error, duration_ms, status, next_at, event_id, body)),
+     attempts AS (INSERT INTO webhook_attempts (message_id, attempted_at, http_status, error, duration_ms)
+         SELECT i.message_id, i.at, i.http_status, i.error, i.duration_ms FROM input i
+         WHERE EXISTS (SELECT 1 FROM webhook_messages m WHERE m.id = i.message_id)),
+     bodies AS (UPDATE webhook_events v SET body = i.body FROM input i
+         WHERE v.id = i.event_id AND i.body IS NOT NULL AND v.body IS NULL)
+     UPDATE webhook_messages m SET status = i.status, next_attempt_at = i.next_at, lease = NULL,
+            attempts = m.attempts + 1, updated_at = i.at
+     FROM input i WHERE m.id = i.message_id AND m.lease = i.lease AND m.status = 'pending'
+     RETURNING m.id";
+
+/// PostgreSQL: the siblings of a group's settled messages, in one statement. After a retry the
+/// later messages about the same subject wait for it; once a message is done with, the next
+/// may go now. (`LATERAL`: each settled message's siblings are found by subject in
+/// `webhook_messages_order`, whatever the planner thinks of the input's size.)
+const SIBLINGS_POSTGRES: &str = "UPDATE webhook_messages s SET next_attempt_at = x.at
+     FROM (SELECT p.id, i.at
+           FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::bool[])
+               AS i(endpoint_id, subject_id, message_id, at, retry)
+           CROSS JOIN LATERAL (
+               SELECT p.id FROM webhook_messages p
+               WHERE p.endpoint_id = i.endpoint_id AND p.subject_id = i.subject_id AND p.status = 'pending'
+                 AND p.id > i.message_id
+                 AND CASE WHEN i.retry THEN +p.next_attempt_at < i.at
+                          ELSE +p.next_attempt_at > i.at AND p.lease IS NULL END) p) x
+     WHERE s.id = x.id";
+
+/// The message's new state: its status and when it is next due.
+fn settled(verdict: &Verdict) -> (MessageStatus, Option<i64>) {
+    match verdict {
+        Verdict::Succeeded => (MessageStatus::Succeeded, None),
+        Verdict::RetryAt(at) => (MessageStatus::Pending, Some(*at)),
+        Verdict::GiveUp | Verdict::Disable(_) => (MessageStatus::Failed, None),
+    }
+}
+
+/// The statements of [`Store::record_webhook_attempts`].
+async fn record_attempts(
+    conn: &mut Conn<'_>,
+    attempts: &[WebhookAttemptRecord],
+) -> StoreResult<Vec<(WebhookEndpointId, String)>> {
+    let held: Vec<&WebhookAttemptRecord> = if let Conn::Postgres(pg) = conn {
+        let column = |f: &dyn Fn(&WebhookAttemptRecord) -> Option<i64>| -> Vec<Option<i64>> {
+            attempts.iter().map(f).collect()
+        };
+        crate::store::count_call();
+        let held: std::collections::HashSet<i64> = sqlx::query_scalar(SETTLE_POSTGRES)
+            .bind(column(&|a| Some(a.message_id)))
+            .bind(attempts.iter().map(|a| a.lease.as_str()).collect::<Vec<_>>())
+            .bind(column(&|a| Some(a.at)))
+            .bind(column(&|a| a.http_status.map(i64::from)))
+            .bind(attempts.iter().map(|a| a.error.as_deref()).collect::<Vec<_>>())
+            .bind(column(&|a| Some(a.duration_ms)))
+            .bind(attempts.iter().map(|a| settled(&a.verdict).0.as_str()).collect::<Vec<_>>())
+            .bind(column(&|a| settled(&a.verdict).1))
+            .bind(column(&|a| Some(a.event_id)))
+            .bind(attempts.iter().map(|a| a.body.as_deref()).collect::<Vec<_>>())
+            .fetch_all(&mut **pg)
+            .await?
+            .into_iter()
+            .collect();
+        attempts.iter().filter(|a| held.contains(&a.message_id)).collect()
+    } else {
+        let mut held = Vec::new();
+        for a in attempts {
+            if settle_one(conn, a).await? {
+                held.push(a);
+            }
+        }
+        held
+    };
+    // Another daemon took over the messages not held (after this lease ran out): its attempts
+    // decide for them.
+    order_siblings(conn, &held).await?;
+    let mut disabled = Vec::new();
+    for clock in FailureClock::of(&held) {
+        if let Some(reason) = clock.write(conn).await? {
+            fail_pending(conn, clock.endpoint_id, clock.last_failure).await?;
+            disabled.push((clock.endpoint_id.clone(), reason));
+        }
+    }
+    Ok(disabled)
+}
+
+/// SQLite: one attempt, its event's body and its message's new state; whether the lease held.
+async fn settle_one(conn: &mut Conn<'_>, a: &WebhookAttemptRecord) -> StoreResult<bool> {
     execute!(
         conn,
         // Nothing to record if the endpoint, and so the message, was removed meanwhile.
@@ -318,11 +411,7 @@ async fn record_attempt(conn: &mut Conn<'_>, a: WebhookAttemptRecord) -> StoreRe
             body
         )?;
     }
-    let (status, next) = match a.verdict {
-        Verdict::Succeeded => (MessageStatus::Succeeded, None),
-        Verdict::RetryAt(at) => (MessageStatus::Pending, Some(at)),
-        Verdict::GiveUp | Verdict::Disable(_) => (MessageStatus::Failed, None),
-    };
+    let (status, next) = settled(&a.verdict);
     let held = execute!(
         conn,
         "UPDATE webhook_messages SET status = $3, next_attempt_at = $4, lease = NULL, attempts = attempts + 1,
@@ -334,69 +423,156 @@ async fn record_attempt(conn: &mut Conn<'_>, a: WebhookAttemptRecord) -> StoreRe
         next,
         a.at
     )?;
-    if held == 0 {
-        // Another daemon took the message over after this lease ran out: its attempt decides.
-        return Ok(None);
+    Ok(held > 0)
+}
+
+/// The later messages about the subjects of settled messages: after a retry they wait for it;
+/// once a message is done with, the next may go now.
+async fn order_siblings(conn: &mut Conn<'_>, held: &[&WebhookAttemptRecord]) -> StoreResult<()> {
+    if held.is_empty() {
+        return Ok(());
+    }
+    // The time siblings move to, and whether it is a retry's.
+    let target = |a: &WebhookAttemptRecord| match settled(&a.verdict).1 {
+        Some(retry) => (retry, true),
+        None => (a.at, false),
+    };
+    if let Conn::Postgres(pg) = conn {
+        crate::store::count_call();
+        sqlx::query(SIBLINGS_POSTGRES)
+            .bind(held.iter().map(|a| a.endpoint_id.as_str()).collect::<Vec<_>>())
+            .bind(held.iter().map(|a| a.subject_id.as_str()).collect::<Vec<_>>())
+            .bind(held.iter().map(|a| a.message_id).collect::<Vec<_>>())
+            .bind(held.iter().map(|a| target(a).0).collect::<Vec<_>>())
+            .bind(held.iter().map(|a| target(a).1).collect::<Vec<_>>())
+            .execute(&mut **pg)
+            .await?;
+        return Ok(());
     }
     // (`+next_attempt_at`: the siblings are found by subject in `webhook_messages_order`; a bare
-    // column let the planner range over the endpoint's whole due index instead, once per attempt.)
-    match next {
-        // Later messages about the same subject wait for this one.
-        Some(at) => execute!(
-            conn,
-            "UPDATE webhook_messages SET next_attempt_at = $4
-             WHERE endpoint_id = $1 AND subject_id = $2 AND status = 'pending' AND id > $3 AND +next_attempt_at < $4",
-            &a.endpoint_id,
-            &a.subject_id,
-            a.message_id,
-            at
-        )?,
-        // Done with: the next one about the same subject may go now.
-        None => execute!(
-            conn,
-            "UPDATE webhook_messages SET next_attempt_at = $4
-             WHERE endpoint_id = $1 AND subject_id = $2 AND status = 'pending' AND id > $3 AND +next_attempt_at > $4
-               AND lease IS NULL",
-            &a.endpoint_id,
-            &a.subject_id,
-            a.message_id,
-            a.at
-        )?,
-    };
-    if a.verdict == Verdict::Succeeded {
+    // column let the planner range over the endpoint's whole due index instead.)
+    for a in held {
+        match target(a) {
+            (at, true) => execute!(
+                conn,
+                "UPDATE webhook_messages SET next_attempt_at = $4
+                 WHERE endpoint_id = $1 AND subject_id = $2 AND status = 'pending' AND id > $3
+                   AND +next_attempt_at < $4",
+                &a.endpoint_id,
+                &a.subject_id,
+                a.message_id,
+                at
+            )?,
+            (at, false) => execute!(
+                conn,
+                "UPDATE webhook_messages SET next_attempt_at = $4
+                 WHERE endpoint_id = $1 AND subject_id = $2 AND status = 'pending' AND id > $3
+                   AND +next_attempt_at > $4 AND lease IS NULL",
+                &a.endpoint_id,
+                &a.subject_id,
+                a.message_id,
+                at
+            )?,
+        };
+    }
+    Ok(())
+}
+
+/// What a group's settled attempts tell of one endpoint's failure clock (`failing_since`: the
+/// first failure with no success after it), taken in the order they were made.
+#[derive(Debug)]
+struct FailureClock<'a> {
+    endpoint_id: &'a WebhookEndpointId,
+    /// An attempt succeeded: the clock restarts from the failures after the last success.
+    reset: bool,
+    /// The first failure after the last success, if any.
+    first_failure: Option<i64>,
+    last_failure: i64,
+    /// A `410 Gone` (whatever came after): the endpoint is disabled at once, for this reason.
+    forced: Option<&'a str>,
+    disable_after_ms: i64,
+}
+
+impl<'a> FailureClock<'a> {
+    fn of(held: &[&'a WebhookAttemptRecord]) -> Vec<FailureClock<'a>> {
+        let mut in_order = held.to_vec();
+        in_order.sort_by_key(|a| a.at);
+        let mut clocks: Vec<FailureClock<'a>> = Vec::new();
+        for a in in_order {
+            let i = match clocks.iter().position(|c| c.endpoint_id == &a.endpoint_id) {
+                Some(i) => i,
+                None => {
+                    clocks.push(FailureClock {
+                        endpoint_id: &a.endpoint_id,
+                        reset: false,
+                        first_failure: None,
+                        last_failure: a.at,
+                        forced: None,
+                        disable_after_ms: a.disable_after_ms,
+                    });
+                    clocks.len() - 1
+                }
+            };
+            let clock = &mut clocks[i];
+            match &a.verdict {
+                Verdict::Succeeded => {
+                    clock.reset = true;
+                    clock.first_failure = None;
+                }
+                failed => {
+                    clock.first_failure.get_or_insert(a.at);
+                    clock.last_failure = a.at;
+                    if let Verdict::Disable(reason) = failed {
+                        clock.forced = Some(reason);
+                    }
+                }
+            }
+        }
+        clocks
+    }
+
+    /// Moves the clock, and disables the endpoint if it has failed long enough (or was told to
+    /// go away); the reason if it was disabled here.
+    async fn write(&self, conn: &mut Conn<'_>) -> StoreResult<Option<String>> {
+        let Some(first_failure) = self.first_failure else {
+            execute!(
+                conn,
+                "UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL",
+                self.endpoint_id
+            )?;
+            if self.forced.is_none() {
+                return Ok(None);
+            }
+            return self.disable(conn).await;
+        };
         execute!(
             conn,
-            "UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL",
-            &a.endpoint_id
+            "UPDATE webhook_endpoints SET failing_since = $3
+             WHERE id = $1 AND (failing_since IS NULL OR ($2 AND failing_since <> $3))",
+            self.endpoint_id,
+            self.reset,
+            first_failure
         )?;
-        return Ok(None);
+        self.disable(conn).await
     }
-    execute!(
-        conn,
-        "UPDATE webhook_endpoints SET failing_since = $2 WHERE id = $1 AND failing_since IS NULL",
-        &a.endpoint_id,
-        a.at
-    )?;
-    let reason = match &a.verdict {
-        Verdict::Disable(reason) => reason.clone(),
-        _ => format!("no successful delivery for {}", describe_millis(a.disable_after_ms)),
-    };
-    let forced = matches!(a.verdict, Verdict::Disable(_));
-    let disabled = execute!(
-        conn,
-        "UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = $2, updated_at = $3
-         WHERE id = $1 AND status = 'enabled' AND ($4 OR failing_since <= $3 - $5)",
-        &a.endpoint_id,
-        &reason,
-        a.at,
-        forced,
-        a.disable_after_ms
-    )?;
-    if disabled == 0 {
-        return Ok(None);
+
+    async fn disable(&self, conn: &mut Conn<'_>) -> StoreResult<Option<String>> {
+        let reason = match self.forced {
+            Some(reason) => reason.to_owned(),
+            None => format!("no successful delivery for {}", describe_millis(self.disable_after_ms)),
+        };
+        let disabled = execute!(
+            conn,
+            "UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = $2, updated_at = $3
+             WHERE id = $1 AND status = 'enabled' AND ($4 OR failing_since <= $3 - $5)",
+            self.endpoint_id,
+            &reason,
+            self.last_failure,
+            self.forced.is_some(),
+            self.disable_after_ms
+        )?;
+        Ok((disabled > 0).then_some(reason))
     }
-    fail_pending(conn, &a.endpoint_id, a.at).await?;
-    Ok(Some(reason))
 }
 
 /// `120h` → `5 days`, for a disabled endpoint's reason.
@@ -406,5 +582,63 @@ fn describe_millis(ms: i64) -> String {
         h if h >= 48 && h % 24 == 0 => format!("{} days", h / 24),
         h if h >= 1 => format!("{h} hours"),
         _ => format!("{} seconds", ms / 1000),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(endpoint: &WebhookEndpointId, at: i64, verdict: Verdict) -> WebhookAttemptRecord {
+        WebhookAttemptRecord {
+            endpoint_id: endpoint.clone(),
+            message_id: at,
+            subject_id: "s".into(),
+            lease: "l".into(),
+            event_id: 1,
+            body: None,
+            at,
+            http_status: None,
+            error: None,
+            duration_ms: 1,
+            verdict,
+            disable_after_ms: 1_000,
+        }
+    }
+
+    /// Taken in the order they were made, whatever the order they came in.
+    #[test]
+    fn a_failure_clock_restarts_after_the_last_success() {
+        let (a, b, c) = (WebhookEndpointId::new(), WebhookEndpointId::new(), WebhookEndpointId::new());
+        let records = [
+            attempt(&a, 30, Verdict::GiveUp),
+            attempt(&b, 10, Verdict::RetryAt(99)),
+            attempt(&a, 10, Verdict::RetryAt(99)),
+            attempt(&c, 5, Verdict::Disable("gone".into())),
+            attempt(&a, 20, Verdict::Succeeded),
+            attempt(&b, 15, Verdict::GiveUp),
+            attempt(&a, 40, Verdict::GiveUp),
+            attempt(&c, 6, Verdict::Succeeded),
+        ];
+        let held: Vec<&WebhookAttemptRecord> = records.iter().collect();
+        let clocks = FailureClock::of(&held);
+        let of = |id: &WebhookEndpointId| clocks.iter().find(|c| c.endpoint_id == id).unwrap();
+        let a_clock = of(&a);
+        assert!(a_clock.reset);
+        assert_eq!((a_clock.first_failure, a_clock.last_failure, a_clock.forced), (Some(30), 40, None));
+        let b_clock = of(&b);
+        assert!(!b_clock.reset);
+        assert_eq!((b_clock.first_failure, b_clock.last_failure), (Some(10), 15));
+        // A 410 disables even if a later attempt succeeded.
+        let c_clock = of(&c);
+        assert_eq!((c_clock.reset, c_clock.first_failure, c_clock.forced), (true, None, Some("gone")));
+        assert_eq!(clocks.len(), 3);
+    }
+
+    #[test]
+    fn spans_read_in_words() {
+        assert_eq!(describe_millis(5 * 24 * 3_600_000), "5 days");
+        assert_eq!(describe_millis(3 * 3_600_000), "3 hours");
+        assert_eq!(describe_millis(90_000), "90 seconds");
     }
 }

@@ -1,20 +1,31 @@
 //! The webhook dispatcher: sends the outbox's messages to their endpoints in the Standard
 //! Webhooks format (CONTRACT §10).
 //!
-//! Each round it reads the enabled endpoints with when their first pending message is due, and
-//! claims, per endpoint, at most as many due messages as that endpoint has free send slots
-//! (`HERALD_WEBHOOK_ENDPOINT_CONCURRENCY`): a slow or dead endpoint fills only its own slots, so
-//! it never delays another's messages. A claim leases its messages (their `next_attempt_at`
-//! becomes the lease's end), so a daemon that dies mid-send loses them to the next claim once
-//! the lease runs out: at-least-once, with the same `webhook-id` every time. Messages about one
-//! subject are claimed one at a time, in order (the store's claim).
+//! It keeps a lane per endpoint: the sends in flight (at most
+//! `HERALD_WEBHOOK_ENDPOINT_CONCURRENCY`) and the claimed messages that wait for a free slot.
+//! When a lane has room for a slots' worth (twice the concurrency, in flight and waiting), it
+//! reads the enabled endpoints with when their first pending message is due, and claims that
+//! many due messages of each: a busy endpoint's messages are claimed in groups, and a slow or
+//! dead endpoint fills only its own slots, so it never delays another's messages. A claim leases
+//! its messages (their `next_attempt_at` becomes the lease's end), so a daemon that dies
+//! mid-send loses them to the next claim once the lease runs out: at-least-once, with the same
+//! `webhook-id` every time; a claimed message that cannot start in time to end within its lease
+//! is dropped the same way. Messages about one subject are claimed one at a time, in order (the
+//! store's claim). Each send's attempt is recorded by the [`recorder`], in groups.
+//!
+//! An endpoint that fails [`TRIP_AFTER`] attempts in a row is probed rather than flooded: one
+//! message at a time, [`PROBE_EVERY`] apart while they fail; the others wait, their attempts
+//! not spent, and the first success opens it again. A dead endpoint with a backlog of 100,000
+//! costs a request a second, not 100,000 requests and their records every few seconds.
 //!
 //! The dispatcher wakes when messages are inserted (the store's webhook wake-up: SQLite's update
 //! hook, PostgreSQL's NOTIFY at commit), when a send ends, and otherwise when the next message
 //! is due (at most a second: other daemons' changes that it did not hear of).
 
+mod recorder;
+
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet, VecDeque},
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
@@ -25,6 +36,7 @@ use reqwest::{StatusCode, header};
 use tokio::{sync::mpsc, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 
+use self::recorder::Recorder;
 use crate::{
     retry::RetryPolicy,
     service::webhooks::{self as service, network},
@@ -37,6 +49,11 @@ const POLL: Duration = Duration::from_secs(1);
 /// How long an endpoint whose due messages could not be claimed (another daemon holds them,
 /// or they wait behind an earlier message) is left alone.
 const STALL: Duration = Duration::from_millis(250);
+/// Failed attempts in a row after which an endpoint is probed rather than sent to: one message
+/// at a time, [`PROBE_EVERY`] apart while they fail, until one succeeds.
+const TRIP_AFTER: u32 = 5;
+/// How long a tripped endpoint is left alone after each failed probe.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How long shutdown waits for sends in flight.
 const DRAIN: Duration = Duration::from_secs(20);
 /// The longest `Retry-After` honoured (beyond it, the schedule's own delay applies).
@@ -59,6 +76,90 @@ pub fn http_client(state: &AppState) -> reqwest::Result<reqwest::Client> {
         .build()
 }
 
+/// A claimed message waiting for a free send slot of its endpoint.
+struct Queued {
+    message: ClaimedMessage,
+    endpoint: Arc<DueEndpoint>,
+    lease: Arc<str>,
+    /// When the lease runs out: a message that could not start in time to end before it is
+    /// dropped (it comes due again then, and goes out with the same `webhook-id`).
+    lease_until: i64,
+}
+
+/// What the dispatcher keeps of one endpoint.
+#[derive(Default)]
+struct Lane {
+    in_flight: usize,
+    queue: VecDeque<Queued>,
+    /// Its due messages could not be claimed: left alone until then, or until a send ends.
+    stalled_until: Option<i64>,
+    /// Failed attempts in a row.
+    failures: u32,
+    /// Tripped ([`TRIP_AFTER`]): the next probe is not sent before then.
+    probe_at: Option<i64>,
+    /// When its next message is due, as far as this dispatcher knows (`None`: nothing known
+    /// pending); ended sends and full claims make it now.
+    due: Option<i64>,
+}
+
+impl Lane {
+    fn tripped(&self) -> bool {
+        self.failures >= TRIP_AFTER
+    }
+
+    /// Sends at once: one while tripped.
+    fn slots(&self, concurrency: usize) -> usize {
+        if self.tripped() { 1 } else { concurrency }
+    }
+
+    /// How many more messages it may claim: enough to keep its slots busy until the next claim
+    /// (twice its concurrency, in flight and waiting), none while tripped with one in hand. It
+    /// claims only once it has room for a slots' worth, so a busy endpoint's messages are
+    /// claimed `concurrency` at a time, not one per ended send.
+    fn room(&self, concurrency: usize) -> usize {
+        let held = self.in_flight + self.queue.len();
+        if self.tripped() {
+            return 1usize.saturating_sub(held);
+        }
+        let room = (2 * concurrency).saturating_sub(held);
+        if room >= concurrency { room } else { 0 }
+    }
+
+    fn ended(&mut self, outcome: Outcome, now: i64) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        // What waited behind the message just sent may go now.
+        self.stalled_until = None;
+        self.due = Some(now);
+        match outcome {
+            Outcome::Succeeded => {
+                self.failures = 0;
+                self.probe_at = None;
+            }
+            Outcome::Failed => {
+                self.failures = self.failures.saturating_add(1);
+                if self.tripped() {
+                    self.probe_at = Some(now + millis(PROBE_EVERY));
+                }
+            }
+            Outcome::Unknown => {}
+        }
+    }
+
+    /// When it may next be sent to or claimed for, if not now.
+    fn paused_until(&self, now: i64) -> Option<i64> {
+        [self.stalled_until, self.probe_at].into_iter().flatten().filter(|&until| until > now).max()
+    }
+}
+
+/// How a send ended, as the dispatcher's breaker counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Succeeded,
+    Failed,
+    /// Panicked, or its record did not commit.
+    Unknown,
+}
+
 /// Runs the dispatcher until `shutdown`, then waits for the sends in flight (bounded).
 pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
     let client = match http_client(&state) {
@@ -69,76 +170,130 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
         }
     };
     let config = state.config.webhooks.clone();
+    let concurrency = config.endpoint_concurrency.max(1);
     let policy = RetryPolicy::new(config.retry_schedule.clone());
-    // Longer than any attempt can take (connection and answer both within the timeout).
+    // Longer than any attempt can take (connection and answer both within the timeout), twice
+    // over: a message claimed to wait for a slot starts within one timeout.
     let lease_ms = 2 * millis(config.timeout) + 5_000;
+    let start_by = millis(config.timeout) + 1_000;
     let wake = state.store.webhook_wake().clone();
-    let (done, mut finished) = mpsc::unbounded_channel::<WebhookEndpointId>();
-    let mut in_flight: HashMap<WebhookEndpointId, usize> = HashMap::new();
-    let mut stalled: HashMap<WebhookEndpointId, i64> = HashMap::new();
+    let (recorder, recording) = Recorder::spawn(state.store.clone());
+    let (done, mut finished) = mpsc::unbounded_channel::<(WebhookEndpointId, Outcome)>();
+    let mut lanes: HashMap<WebhookEndpointId, Lane> = HashMap::new();
     let mut tasks = JoinSet::new();
+    // Whether to read the endpoints this round: woken by an insert, by the timer, or a lane
+    // wants more.
+    let mut look = true;
     loop {
-        while let Ok(endpoint) = finished.try_recv() {
-            release(&mut in_flight, &endpoint);
-            // What waited behind the message just sent may go now.
-            stalled.remove(&endpoint);
+        let now = state.clock.now_millis();
+        while let Ok((endpoint, outcome)) = finished.try_recv() {
+            if let Some(lane) = lanes.get_mut(&endpoint) {
+                lane.ended(outcome, now);
+            }
         }
         while let Some(joined) = tasks.try_join_next() {
             report_panic(joined);
         }
-        let now = state.clock.now_millis();
-        let endpoints = match state.store.due_webhook_endpoints().await {
-            Ok(endpoints) => endpoints,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the webhook endpoints");
-                Vec::new()
-            }
-        };
-        stalled.retain(|_, until| *until > now);
         let mut next_due: Option<i64> = None;
-        for endpoint in endpoints {
-            let Some(due) = endpoint.next_due else { continue };
-            let busy = in_flight.get(&endpoint.id).copied().unwrap_or(0);
-            let free = config.endpoint_concurrency.saturating_sub(busy);
-            if let Some(until) = stalled.get(&endpoint.id) {
-                next_due = Some(next_due.map_or(*until, |n| n.min(*until)));
-                continue;
-            }
-            if due > now {
-                next_due = Some(next_due.map_or(due, |n| n.min(due)));
-                continue;
-            }
-            if free == 0 {
-                continue;
-            }
-            let lease = crate::secret::random_token(12);
-            let claimed = match state
-                .store
-                .claim_webhook_messages(endpoint.id.clone(), now, now + lease_ms, free as i64, lease.clone())
-                .await
-            {
-                Ok(claimed) => claimed,
+        look |= lanes.values().any(|lane| {
+            lane.due.is_some_and(|due| due <= now)
+                && lane.paused_until(now).is_none()
+                && lane.room(concurrency) > 0
+        });
+        if look {
+            look = false;
+            let endpoints = match state.store.due_webhook_endpoints().await {
+                Ok(endpoints) => endpoints,
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot claim webhook messages");
+                    tracing::warn!(error = %e, "cannot read the webhook endpoints");
                     Vec::new()
                 }
             };
-            if claimed.is_empty() {
-                stalled.insert(endpoint.id.clone(), now + millis(STALL));
-                continue;
+            // Endpoints no longer enabled: what waits for them is dropped (the leases run out).
+            let enabled: HashSet<&WebhookEndpointId> = endpoints.iter().map(|e| &e.id).collect();
+            lanes.retain(|id, lane| {
+                if enabled.contains(id) {
+                    return true;
+                }
+                lane.queue.clear();
+                lane.in_flight > 0
+            });
+            for endpoint in endpoints {
+                let Some(due) = endpoint.next_due else {
+                    if let Some(lane) = lanes.get_mut(&endpoint.id) {
+                        lane.due = None;
+                    }
+                    continue;
+                };
+                let lane = lanes.entry(endpoint.id.clone()).or_default();
+                lane.due = Some(due);
+                if let Some(until) = lane.paused_until(now) {
+                    next_due = Some(next_due.map_or(until, |n| n.min(until)));
+                    continue;
+                }
+                if due > now {
+                    next_due = Some(next_due.map_or(due, |n| n.min(due)));
+                    continue;
+                }
+                let room = lane.room(concurrency);
+                if room == 0 {
+                    continue;
+                }
+                let lease: Arc<str> = crate::secret::random_token(12).into();
+                let claimed = match state
+                    .store
+                    .claim_webhook_messages(
+                        endpoint.id.clone(),
+                        now,
+                        now + lease_ms,
+                        room as i64,
+                        lease.to_string(),
+                    )
+                    .await
+                {
+                    Ok(claimed) => claimed,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot claim webhook messages");
+                        Vec::new()
+                    }
+                };
+                if claimed.is_empty() {
+                    lane.stalled_until = Some(now + millis(STALL));
+                    continue;
+                }
+                // After a full claim more may be due; after one that took less, the rest is
+                // learnt of by the next read (a wake-up, an ended send, the timer).
+                lane.due = (claimed.len() == room).then_some(now);
+                let endpoint = Arc::new(endpoint);
+                lane.queue.extend(claimed.into_iter().map(|message| Queued {
+                    message,
+                    endpoint: endpoint.clone(),
+                    lease: lease.clone(),
+                    lease_until: now + lease_ms,
+                }));
             }
-            let endpoint = Arc::new(endpoint);
-            for message in claimed {
-                *in_flight.entry(endpoint.id.clone()).or_default() += 1;
+        }
+        // Start what the free slots can take.
+        for (id, lane) in &mut lanes {
+            while lane.in_flight < lane.slots(concurrency) && lane.paused_until(now).is_none() {
+                let Some(queued) = lane.queue.pop_front() else { break };
+                if now + start_by > queued.lease_until {
+                    continue;
+                }
+                lane.in_flight += 1;
                 let send = Send {
                     state: state.clone(),
                     client: client.clone(),
                     policy: policy.clone(),
-                    endpoint: endpoint.clone(),
-                    lease: lease.clone(),
-                    done: Done { endpoint: endpoint.id.clone(), done: done.clone() },
+                    recorder: recorder.clone(),
+                    endpoint: queued.endpoint,
+                    lease: queued.lease,
+                    done: Done { endpoint: id.clone(), outcome: Outcome::Unknown, done: done.clone() },
                 };
-                tasks.spawn(send.run(message));
+                tasks.spawn(send.run(queued.message));
+            }
+            if let Some(until) = lane.paused_until(now).filter(|_| !lane.queue.is_empty()) {
+                next_due = Some(next_due.map_or(until, |n| n.min(until)));
             }
         }
         let wait = next_due
@@ -146,12 +301,13 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
             .unwrap_or(POLL)
             .min(POLL);
         tokio::select! {
-            _ = wake.notified() => {}
-            Some(endpoint) = finished.recv() => {
-                release(&mut in_flight, &endpoint);
-                stalled.remove(&endpoint);
+            _ = wake.notified() => look = true,
+            Some((endpoint, outcome)) = finished.recv() => {
+                if let Some(lane) = lanes.get_mut(&endpoint) {
+                    lane.ended(outcome, state.clock.now_millis());
+                }
             }
-            _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
+            _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => look = true,
             _ = shutdown.cancelled() => break,
         }
     }
@@ -160,30 +316,25 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
             "webhook messages still in flight at shutdown; their leases will expire and they will be sent again"
         );
     }
-}
-
-fn release(in_flight: &mut HashMap<WebhookEndpointId, usize>, endpoint: &WebhookEndpointId) {
-    if let Some(n) = in_flight.get_mut(endpoint) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            in_flight.remove(endpoint);
-        }
-    }
+    drop(recorder);
+    let _ = tokio::time::timeout(DRAIN, recording).await;
 }
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
-/// Tells the dispatcher a send slot is free again, whichever way the send ended (a panic too).
+/// Tells the dispatcher a send slot is free again, and how the send ended, whichever way it
+/// ended (a panic too).
 struct Done {
     endpoint: WebhookEndpointId,
-    done: mpsc::UnboundedSender<WebhookEndpointId>,
+    outcome: Outcome,
+    done: mpsc::UnboundedSender<(WebhookEndpointId, Outcome)>,
 }
 
 impl Drop for Done {
     fn drop(&mut self) {
-        let _ = self.done.send(self.endpoint.clone());
+        let _ = self.done.send((self.endpoint.clone(), self.outcome));
     }
 }
 
@@ -192,8 +343,9 @@ struct Send {
     state: AppState,
     client: reqwest::Client,
     policy: RetryPolicy,
+    recorder: Recorder,
     endpoint: Arc<DueEndpoint>,
-    lease: String,
+    lease: Arc<str>,
     done: Done,
 }
 
@@ -269,11 +421,12 @@ impl Send {
             let latency = (now - message.occurred_at).max(0) as f64 / 1000.0;
             metrics::histogram!("herald_webhook_first_attempt_delay_seconds").record(latency);
         }
+        let succeeded = verdict == Verdict::Succeeded;
         let record = WebhookAttemptRecord {
             endpoint_id: self.endpoint.id.clone(),
             message_id: message.id,
             subject_id: message.subject_id.clone(),
-            lease: self.lease.clone(),
+            lease: self.lease.to_string(),
             event_id: message.event_id,
             body: body.filter(|_| rendered),
             at: now,
@@ -283,17 +436,11 @@ impl Send {
             verdict,
             disable_after_ms: millis(state.config.webhooks.disable_after),
         };
-        match state.store.record_webhook_attempt(record).await {
-            Ok(Some(reason)) => {
-                tracing::warn!(reason = %reason, "a webhook endpoint was disabled");
-                metrics::counter!("herald_webhook_endpoints_disabled_total").increment(1);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot record a webhook attempt; the lease will run out and it will be sent again")
-            }
+        let mut done = self.done;
+        if self.recorder.record(record).await {
+            done.outcome = if succeeded { Outcome::Succeeded } else { Outcome::Failed };
         }
-        drop(self.done);
+        drop(done);
     }
 
     /// POSTs the message once.

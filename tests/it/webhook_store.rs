@@ -1,0 +1,230 @@
+//! The dispatcher's store calls, on each backend: claims in order, and attempts recorded in
+//! groups (one transaction; set-based on PostgreSQL) with what each decides for its message,
+//! the message's siblings and its endpoint.
+
+use herald_common::{
+    api::webhooks::{EndpointStatus, MessageStatus},
+    ids::{TenantId, WebhookEndpointId},
+};
+use herald_daemon::{
+    config::Layers,
+    store::{ClaimedMessage, MessageRecord, Store, Verdict, WebhookAttemptRecord, WebhookEndpointRecord},
+};
+use herald_tests::{Backend, both_backends};
+
+const DAY_MS: i64 = 24 * 3600 * 1000;
+
+async fn open(backend: Backend, dir: &std::path::Path) -> (Store, TenantId) {
+    herald_tests::init_crypto();
+    let url = backend.fresh_database_url(dir).await;
+    let config = Layers::new().env([("HERALD_DATABASE_URL".to_owned(), url)]).build(false).unwrap();
+    let store = Store::open(&config).await.expect("open store");
+    let tenant = store.create_tenant("T".into()).await.unwrap();
+    (store, tenant.id)
+}
+
+async fn add_endpoint(store: &Store, tenant: &TenantId, failing_since: Option<i64>) -> WebhookEndpointId {
+    let id = WebhookEndpointId::new();
+    store
+        .insert_webhook_endpoint(WebhookEndpointRecord {
+            id: id.clone(),
+            tenant_id: tenant.clone(),
+            application_id: None,
+            url: "https://hooks.example.com/in".into(),
+            description: None,
+            event_types: None,
+            status: EndpointStatus::Enabled,
+            disabled_reason: None,
+            secret_generation: 1,
+            previous_until: None,
+            failing_since,
+            created_at: 1,
+            updated_at: 1,
+        })
+        .await
+        .unwrap();
+    id
+}
+
+async fn claim(store: &Store, endpoint: &WebhookEndpointId, now: i64, lease: &str) -> Vec<ClaimedMessage> {
+    store.claim_webhook_messages(endpoint.clone(), now, now + 30_000, 100, lease.to_owned()).await.unwrap()
+}
+
+fn attempt(
+    endpoint: &WebhookEndpointId,
+    message: &ClaimedMessage,
+    lease: &str,
+    at: i64,
+    verdict: Verdict,
+) -> WebhookAttemptRecord {
+    let succeeded = verdict == Verdict::Succeeded;
+    WebhookAttemptRecord {
+        endpoint_id: endpoint.clone(),
+        message_id: message.id,
+        subject_id: message.subject_id.clone(),
+        lease: lease.to_owned(),
+        event_id: message.event_id,
+        body: Some(format!("{{\"message\":{}}}", message.id)),
+        at,
+        http_status: Some(if succeeded { 200 } else { 500 }),
+        error: (!succeeded).then(|| "HTTP 500".to_owned()),
+        duration_ms: 3,
+        verdict,
+        disable_after_ms: 5 * DAY_MS,
+    }
+}
+
+/// The endpoint's messages, oldest first, with how many attempts each has recorded.
+async fn messages(store: &Store, endpoint: &WebhookEndpointId) -> Vec<(MessageRecord, usize)> {
+    let (page, _) = store.webhook_messages(endpoint, None, 100, 1).await.unwrap();
+    page.into_iter().rev().map(|(m, attempts)| (m, attempts.len())).collect()
+}
+
+async fn endpoint(store: &Store, tenant: &TenantId, id: &WebhookEndpointId) -> WebhookEndpointRecord {
+    store.webhook_endpoint(tenant, id).await.unwrap().unwrap()
+}
+
+async fn a_group_settles_each_message_and_endpoint(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant) = open(backend, dir.path()).await;
+    let t = 1_000_000;
+    // Test events of one endpoint share a subject (the endpoint): they go in order.
+    let ordered = add_endpoint(&store, &tenant, None).await;
+    for i in 0..3 {
+        store.add_webhook_test_event(tenant.clone(), ordered.clone(), t + i).await.unwrap().unwrap();
+    }
+    let healthy = add_endpoint(&store, &tenant, Some(t - 10)).await;
+    store.add_webhook_test_event(tenant.clone(), healthy.clone(), t).await.unwrap().unwrap();
+    let gone = add_endpoint(&store, &tenant, None).await;
+    for i in 0..2 {
+        store.add_webhook_test_event(tenant.clone(), gone.clone(), t + i).await.unwrap().unwrap();
+    }
+    let stale = add_endpoint(&store, &tenant, Some(t - 6 * DAY_MS)).await;
+    store.add_webhook_test_event(tenant.clone(), stale.clone(), t).await.unwrap().unwrap();
+
+    let now = t + 10;
+    let first = claim(&store, &ordered, now, "lease-a").await;
+    assert_eq!(first.len(), 1, "one message of a subject at a time");
+    let mine = claim(&store, &healthy, now, "lease-b").await;
+    let gone_claimed = claim(&store, &gone, now, "lease-c").await;
+    let stale_claimed = claim(&store, &stale, now, "lease-d").await;
+    let later = messages(&store, &ordered).await;
+
+    let disabled = store
+        .record_webhook_attempts(vec![
+            attempt(&ordered, &first[0], "lease-a", now + 5, Verdict::RetryAt(now + 60_000)),
+            attempt(&healthy, &mine[0], "lease-b", now + 5, Verdict::Succeeded),
+            attempt(
+                &gone,
+                &gone_claimed[0],
+                "lease-c",
+                now + 6,
+                Verdict::Disable("the endpoint answered 410 Gone".into()),
+            ),
+            attempt(&stale, &stale_claimed[0], "lease-d", now + 7, Verdict::RetryAt(now + 60_000)),
+            // A lease another daemon took over: the attempt is kept, the message is its.
+            attempt(
+                &ordered,
+                &ClaimedMessage { id: later[1].0.id, ..first[0].clone() },
+                "lease-x",
+                now + 8,
+                Verdict::Succeeded,
+            ),
+        ])
+        .await
+        .unwrap();
+
+    let mut disabled: Vec<(String, String)> =
+        disabled.into_iter().map(|(id, reason)| (id.as_str().to_owned(), reason)).collect();
+    disabled.sort();
+    let mut expected = vec![
+        (gone.as_str().to_owned(), "the endpoint answered 410 Gone".to_owned()),
+        (stale.as_str().to_owned(), "no successful delivery for 5 days".to_owned()),
+    ];
+    expected.sort();
+    assert_eq!(disabled, expected);
+
+    // The retried message waits; its siblings wait behind it; the stale lease changed nothing
+    // but its attempt is there.
+    let ordered_now = messages(&store, &ordered).await;
+    assert_eq!(ordered_now[0].0.status, MessageStatus::Pending);
+    assert_eq!(ordered_now[0].0.next_attempt_at, Some(now + 60_000));
+    assert_eq!(ordered_now[0].1, 1);
+    for (sibling, attempts) in &ordered_now[1..] {
+        assert_eq!(sibling.status, MessageStatus::Pending);
+        assert!(sibling.next_attempt_at >= Some(now + 60_000), "{sibling:?} waits for the retry");
+        assert_eq!(*attempts, usize::from(sibling.id == later[1].0.id));
+    }
+    assert_eq!(endpoint(&store, &tenant, &ordered).await.failing_since, Some(now + 5));
+    assert!(claim(&store, &ordered, now + 100, "lease-e").await.is_empty(), "nothing due before the retry");
+
+    // Success: settled, and the endpoint's failure clock stopped.
+    assert_eq!(messages(&store, &healthy).await[0].0.status, MessageStatus::Succeeded);
+    let healthy_now = endpoint(&store, &tenant, &healthy).await;
+    assert_eq!((healthy_now.status, healthy_now.failing_since), (EndpointStatus::Enabled, None));
+
+    // 410 and five days of failure disable, and fail what was pending.
+    for id in [&gone, &stale] {
+        assert_eq!(endpoint(&store, &tenant, id).await.status, EndpointStatus::Disabled);
+        assert!(messages(&store, id).await.iter().all(|(m, _)| m.status == MessageStatus::Failed));
+    }
+
+    // The retry succeeds: the next message of the subject is due at once.
+    let retry_at = now + 60_000;
+    let again = claim(&store, &ordered, retry_at, "lease-f").await;
+    assert_eq!(again.iter().map(|m| m.id).collect::<Vec<_>>(), [first[0].id]);
+    let none = store
+        .record_webhook_attempts(vec![attempt(
+            &ordered,
+            &again[0],
+            "lease-f",
+            retry_at + 1,
+            Verdict::Succeeded,
+        )])
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    assert_eq!(endpoint(&store, &tenant, &ordered).await.failing_since, None);
+    let next = claim(&store, &ordered, retry_at + 1, "lease-g").await;
+    assert_eq!(next.iter().map(|m| m.id).collect::<Vec<_>>(), [ordered_now[1].0.id]);
+    store.close().await;
+}
+both_backends!(
+    a_group_settles_each_message_and_endpoint_on_each_backend,
+    a_group_settles_each_message_and_endpoint
+);
+
+/// A group of 120 attempts, one per endpoint, half succeeding: every message settles, and each
+/// endpoint's failure clock starts, stops or keeps its start.
+async fn a_large_group_settles_every_message(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant) = open(backend, dir.path()).await;
+    let t = 2_000_000;
+    let mut records = Vec::new();
+    let mut endpoints = Vec::new();
+    for i in 0..120 {
+        // Every third endpoint was failing already.
+        let since = (i % 3 == 0).then_some(t - 5);
+        let id = add_endpoint(&store, &tenant, since).await;
+        store.add_webhook_test_event(tenant.clone(), id.clone(), t).await.unwrap().unwrap();
+        let lease = format!("lease-{i}");
+        let claimed = claim(&store, &id, t + 1, &lease).await;
+        let verdict = if i % 2 == 0 { Verdict::Succeeded } else { Verdict::GiveUp };
+        records.push(attempt(&id, &claimed[0], &lease, t + 2, verdict));
+        endpoints.push(id);
+    }
+    assert!(store.record_webhook_attempts(records).await.unwrap().is_empty());
+    for (i, id) in endpoints.iter().enumerate() {
+        let (message, attempts) = messages(&store, id).await.remove(0);
+        let expected = if i % 2 == 0 { MessageStatus::Succeeded } else { MessageStatus::Failed };
+        assert_eq!((message.status, attempts), (expected, 1), "endpoint {i}");
+        let since = match (i % 2, i % 3) {
+            (0, _) => None,
+            (_, 0) => Some(t - 5),
+            _ => Some(t + 2),
+        };
+        assert_eq!(endpoint(&store, &tenant, id).await.failing_since, since, "endpoint {i}");
+    }
+    store.close().await;
+}
+both_backends!(a_large_group_settles_every_message_on_each_backend, a_large_group_settles_every_message);
