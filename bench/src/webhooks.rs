@@ -3,8 +3,11 @@
 //! Every event here is a `notification.delivered` of an in-app dispatch (in-app is delivered at
 //! once, so each accepted dispatch is one event).
 //!
-//! 1. **Dispatch cost**: in-app dispatches accepted per second with no endpoint, then with one
-//!    subscribed, then with none and one again (alternating, so the database's growth is shared).
+//! 1. **Dispatch cost**: in-app dispatches accepted per second with no endpoint, with one
+//!    subscribed that takes each event as it comes (the sends share the machine with the
+//!    dispatches), and with one subscribed that is down (503: after five failures it is only
+//!    probed, so this is the outbox's own cost), twice over in turn (so the database's growth is
+//!    shared).
 //! 2. **Throughput**: `--fan-out` endpoints subscribed, `--events` dispatches as fast as they are
 //!    taken; deliveries per second from the first dispatch to the last delivery.
 //! 3. **Latency**: one endpoint, `--rate` dispatches a second for `--seconds`; for each delivery,
@@ -200,29 +203,36 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     // Warm up.
     load::run(&d.url, Some(&api.key), 2_000, 64, in_app(), nothing.clone()).await;
 
-    // 1. In-app dispatch with no endpoint and with one subscribed, alternating.
+    // 1. In-app dispatch with no endpoint, with one subscribed that takes every event as it
+    //    comes, and with one subscribed that is down (the outbox's writes without the sends),
+    //    in turn.
     println!("\n{engine}: in-app dispatch, {} requests per row, concurrency 64\n", o.requests);
-    println!("| endpoints subscribed | accepted/s | p50 ms | p99 ms | errors |");
+    println!("| endpoint subscribed | accepted/s | p50 ms | p99 ms | errors |");
     println!("|---|---|---|---|---|");
-    for round in 0..4 {
-        let subscribed = round % 2 == 1;
-        let endpoint = match subscribed {
-            true => Some(api.add_endpoint(&hook("dispatch")).await?),
-            false => None,
+    for round in 0..6 {
+        let (label, name) = match round % 3 {
+            0 => ("none", None),
+            1 => ("one, delivering meanwhile", Some("dispatch")),
+            _ => ("one, down (503)", Some("dead-dispatch")),
+        };
+        let endpoint = match name {
+            Some(name) => Some(api.add_endpoint(&hook(name)).await?),
+            None => None,
         };
         let report = load::run(&d.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
         println!(
-            "| {} | {:.0} | {:.2} | {:.2} | {} |",
-            usize::from(subscribed),
+            "| {label} | {:.0} | {:.2} | {:.2} | {} |",
             report.per_second(),
             report.percentile(50.0).as_secs_f64() * 1000.0,
             report.percentile(99.0).as_secs_f64() * 1000.0,
             report.errors
         );
-        if let Some(id) = endpoint {
-            receiver.wait_for("dispatch", report.ok, Duration::from_secs(120)).await;
+        if let (Some(id), Some(name)) = (endpoint, name) {
+            if name == "dispatch" {
+                receiver.wait_for(name, report.ok, Duration::from_secs(120)).await;
+            }
             api.remove_endpoint(&id).await?;
-            receiver.take("dispatch");
+            receiver.take(name);
         }
     }
 

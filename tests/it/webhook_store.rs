@@ -14,13 +14,13 @@ use herald_tests::{Backend, both_backends};
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 
-async fn open(backend: Backend, dir: &std::path::Path) -> (Store, TenantId) {
+async fn open(backend: Backend, dir: &std::path::Path) -> (Store, TenantId, String) {
     herald_tests::init_crypto();
     let url = backend.fresh_database_url(dir).await;
-    let config = Layers::new().env([("HERALD_DATABASE_URL".to_owned(), url)]).build(false).unwrap();
+    let config = Layers::new().env([("HERALD_DATABASE_URL".to_owned(), url.clone())]).build(false).unwrap();
     let store = Store::open(&config).await.expect("open store");
     let tenant = store.create_tenant("T".into()).await.unwrap();
-    (store, tenant.id)
+    (store, tenant.id, url)
 }
 
 async fn add_endpoint(store: &Store, tenant: &TenantId, failing_since: Option<i64>) -> WebhookEndpointId {
@@ -86,7 +86,7 @@ async fn endpoint(store: &Store, tenant: &TenantId, id: &WebhookEndpointId) -> W
 
 async fn a_group_settles_each_message_and_endpoint(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let (store, tenant) = open(backend, dir.path()).await;
+    let (store, tenant, url) = open(backend, dir.path()).await;
     let t = 1_000_000;
     // Test events of one endpoint share a subject (the endpoint): they go in order.
     let ordered = add_endpoint(&store, &tenant, None).await;
@@ -187,6 +187,27 @@ async fn a_group_settles_each_message_and_endpoint(backend: Backend) {
     assert_eq!(endpoint(&store, &tenant, &ordered).await.failing_since, None);
     let next = claim(&store, &ordered, retry_at + 1, "lease-g").await;
     assert_eq!(next.iter().map(|m| m.id).collect::<Vec<_>>(), [ordered_now[1].0.id]);
+
+    // Removing an endpoint removes its messages and their attempts, and nothing else's
+    // (PostgreSQL: triggers, in place of the foreign keys of SQLite).
+    let count = |sql: &'static str| {
+        let url = url.clone();
+        async move { backend.count(&url, sql).await }
+    };
+    let (messages_before, attempts_before) = (
+        count("SELECT COUNT(*) FROM webhook_messages").await,
+        count("SELECT COUNT(*) FROM webhook_attempts").await,
+    );
+    assert!(store.delete_webhook_endpoint(tenant.clone(), ordered.clone()).await.unwrap());
+    assert_eq!(count("SELECT COUNT(*) FROM webhook_messages").await, messages_before - 3);
+    assert_eq!(count("SELECT COUNT(*) FROM webhook_attempts").await, attempts_before - 3);
+    // Settled messages are deleted by housekeeping with their attempts.
+    store.delete_settled_webhook_messages(i64::MAX).await.unwrap();
+    assert_eq!(count("SELECT COUNT(*) FROM webhook_messages WHERE status <> 'pending'").await, 0);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM webhook_attempts a WHERE NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.id = a.message_id)").await,
+        0
+    );
     store.close().await;
 }
 both_backends!(
@@ -198,7 +219,7 @@ both_backends!(
 /// endpoint's failure clock starts, stops or keeps its start.
 async fn a_large_group_settles_every_message(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let (store, tenant) = open(backend, dir.path()).await;
+    let (store, tenant, _) = open(backend, dir.path()).await;
     let t = 2_000_000;
     let mut records = Vec::new();
     let mut endpoints = Vec::new();
