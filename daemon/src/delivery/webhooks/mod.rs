@@ -56,6 +56,10 @@ const TRIP_AFTER: u32 = 5;
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How long shutdown waits for sends in flight.
 const DRAIN: Duration = Duration::from_secs(20);
+/// Messages claimed between two refreshes of the outbox's statistics (PostgreSQL; see
+/// [`crate::store::Store::analyze_webhook_messages`]), at most one a [`ANALYZE_EVERY`].
+const ANALYZE_AFTER: usize = 5_000;
+const ANALYZE_EVERY: Duration = Duration::from_secs(15);
 /// The longest `Retry-After` honoured (beyond it, the schedule's own delay applies).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// The most of an endpoint's answer that is read (and dropped).
@@ -125,10 +129,17 @@ impl Lane {
         if room >= concurrency { room } else { 0 }
     }
 
-    fn ended(&mut self, outcome: Outcome, now: i64) {
+    fn ended(&mut self, ended: Ended, now: i64) {
+        let outcome = match ended {
+            Ended::Answered(outcome) => outcome,
+            Ended::Recorded => {
+                // What waited behind the message just settled may go now.
+                self.stalled_until = None;
+                self.due = Some(now);
+                return;
+            }
+        };
         self.in_flight = self.in_flight.saturating_sub(1);
-        // What waited behind the message just sent may go now.
-        self.stalled_until = None;
         self.due = Some(now);
         match outcome {
             Outcome::Succeeded => {
@@ -156,8 +167,16 @@ impl Lane {
 enum Outcome {
     Succeeded,
     Failed,
-    /// Panicked, or its record did not commit.
+    /// Panicked, or the event could not be rendered (not the endpoint's doing).
     Unknown,
+}
+
+/// What a send tells the dispatcher: its request is answered (the slot is free: a send slot is
+/// a request in flight), then its attempt is recorded (what waited behind the message may go).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    Answered(Outcome),
+    Recorded,
 }
 
 /// Runs the dispatcher until `shutdown`, then waits for the sends in flight (bounded).
@@ -178,17 +197,19 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
     let start_by = millis(config.timeout) + 1_000;
     let wake = state.store.webhook_wake().clone();
     let (recorder, recording) = Recorder::spawn(state.store.clone());
-    let (done, mut finished) = mpsc::unbounded_channel::<(WebhookEndpointId, Outcome)>();
+    let (done, mut finished) = mpsc::unbounded_channel::<(WebhookEndpointId, Ended)>();
     let mut lanes: HashMap<WebhookEndpointId, Lane> = HashMap::new();
     let mut tasks = JoinSet::new();
     // Whether to read the endpoints this round: woken by an insert, by the timer, or a lane
     // wants more.
     let mut look = true;
+    let mut claimed_since_analyze = 0usize;
+    let mut analyzed = Instant::now().checked_sub(ANALYZE_EVERY).unwrap_or_else(Instant::now);
     loop {
         let now = state.clock.now_millis();
-        while let Ok((endpoint, outcome)) = finished.try_recv() {
+        while let Ok((endpoint, ended)) = finished.try_recv() {
             if let Some(lane) = lanes.get_mut(&endpoint) {
-                lane.ended(outcome, now);
+                lane.ended(ended, now);
             }
         }
         while let Some(joined) = tasks.try_join_next() {
@@ -261,6 +282,16 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                     lane.stalled_until = Some(now + millis(STALL));
                     continue;
                 }
+                claimed_since_analyze += claimed.len();
+                if claimed_since_analyze >= ANALYZE_AFTER && analyzed.elapsed() >= ANALYZE_EVERY {
+                    (claimed_since_analyze, analyzed) = (0, Instant::now());
+                    let store = state.store.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = store.analyze_webhook_messages().await {
+                            tracing::warn!(error = %e, "cannot refresh the webhook outbox's statistics");
+                        }
+                    });
+                }
                 // After a full claim more may be due; after one that took less, the rest is
                 // learnt of by the next read (a wake-up, an ended send, the timer).
                 lane.due = (claimed.len() == room).then_some(now);
@@ -288,7 +319,7 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                     recorder: recorder.clone(),
                     endpoint: queued.endpoint,
                     lease: queued.lease,
-                    done: Done { endpoint: id.clone(), outcome: Outcome::Unknown, done: done.clone() },
+                    done: Done { endpoint: id.clone(), answered: false, done: done.clone() },
                 };
                 tasks.spawn(send.run(queued.message));
             }
@@ -302,9 +333,9 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
             .min(POLL);
         tokio::select! {
             _ = wake.notified() => look = true,
-            Some((endpoint, outcome)) = finished.recv() => {
+            Some((endpoint, ended)) = finished.recv() => {
                 if let Some(lane) = lanes.get_mut(&endpoint) {
-                    lane.ended(outcome, state.clock.now_millis());
+                    lane.ended(ended, state.clock.now_millis());
                 }
             }
             _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => look = true,
@@ -324,17 +355,26 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
-/// Tells the dispatcher a send slot is free again, and how the send ended, whichever way it
-/// ended (a panic too).
+/// Tells the dispatcher a send's slot is free again and how its request went, then that its
+/// attempt is recorded, whichever way the send ended (a panic too).
 struct Done {
     endpoint: WebhookEndpointId,
-    outcome: Outcome,
-    done: mpsc::UnboundedSender<(WebhookEndpointId, Outcome)>,
+    answered: bool,
+    done: mpsc::UnboundedSender<(WebhookEndpointId, Ended)>,
+}
+
+impl Done {
+    fn answered(&mut self, outcome: Outcome) {
+        if !std::mem::replace(&mut self.answered, true) {
+            let _ = self.done.send((self.endpoint.clone(), Ended::Answered(outcome)));
+        }
+    }
 }
 
 impl Drop for Done {
     fn drop(&mut self) {
-        let _ = self.done.send((self.endpoint.clone(), self.outcome));
+        self.answered(Outcome::Unknown);
+        let _ = self.done.send((self.endpoint.clone(), Ended::Recorded));
     }
 }
 
@@ -421,7 +461,12 @@ impl Send {
             let latency = (now - message.occurred_at).max(0) as f64 / 1000.0;
             metrics::histogram!("herald_webhook_first_attempt_delay_seconds").record(latency);
         }
-        let succeeded = verdict == Verdict::Succeeded;
+        let mut done = self.done;
+        done.answered(match (&body, answer.succeeded) {
+            (None, _) => Outcome::Unknown,
+            (Some(_), true) => Outcome::Succeeded,
+            (Some(_), false) => Outcome::Failed,
+        });
         let record = WebhookAttemptRecord {
             endpoint_id: self.endpoint.id.clone(),
             message_id: message.id,
@@ -436,10 +481,7 @@ impl Send {
             verdict,
             disable_after_ms: millis(state.config.webhooks.disable_after),
         };
-        let mut done = self.done;
-        if self.recorder.record(record).await {
-            done.outcome = if succeeded { Outcome::Succeeded } else { Outcome::Failed };
-        }
+        self.recorder.record(record).await;
         drop(done);
     }
 
