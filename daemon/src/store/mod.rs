@@ -534,10 +534,11 @@ impl Store {
     /// Runs `op` in a transaction of its own, beside the writer rather than in its queue: on
     /// PostgreSQL on a pooled connection ([`APART`] at most at once), on SQLite through the
     /// writer (there is one writer there; its in-process writes are cheap). For work that comes
-    /// in a steady stream of small writes with several statements each (the webhook dispatcher's
-    /// claims and attempts): queued in the writer on PostgreSQL, each costing its round trips
-    /// there in turn, they held dispatches up behind them (in-app dispatch fell from 8.3k/s to
-    /// 0.2k/s with one endpoint subscribed; see docs/PERFORMANCE.md).
+    /// in a steady stream beside the dispatches (the webhook dispatcher's groups of attempts and
+    /// its deferrals; its claims are single statements on a pooled connection): queued in the
+    /// writer on PostgreSQL, each costing its round trips there in turn, they held dispatches up
+    /// behind them (in-app dispatch fell from 8.3k/s to 0.2k/s with one endpoint subscribed; see
+    /// docs/PERFORMANCE.md).
     pub async fn write_apart<R, F>(&self, op: F) -> StoreResult<R>
     where
         R: Send + 'static,
