@@ -16,7 +16,7 @@ use crate::store::{Store, WebhookAttemptRecord};
 const GROUP: usize = 256;
 
 /// An attempt to record, and who waits for it.
-type Entry = (WebhookAttemptRecord, oneshot::Sender<bool>);
+type Entry = (WebhookAttemptRecord, oneshot::Sender<()>);
 
 /// Hands attempts to the recorder task. Cloned into every send; the task ends once every clone
 /// is dropped and what they handed in is written.
@@ -32,14 +32,13 @@ impl Recorder {
         (Recorder { entries }, tokio::spawn(run(store, received)))
     }
 
-    /// Records `attempt`; whether it committed (if not, the lease runs out and the message is
-    /// sent again).
-    pub async fn record(&self, attempt: WebhookAttemptRecord) -> bool {
+    /// Records `attempt`, returning once it is written or could not be (then the lease runs out
+    /// and the message is sent again; the recorder logs why).
+    pub async fn record(&self, attempt: WebhookAttemptRecord) {
         let (answer, answered) = oneshot::channel();
-        if self.entries.send((attempt, answer)).is_err() {
-            return false;
+        if self.entries.send((attempt, answer)).is_ok() {
+            let _ = answered.await;
         }
-        answered.await.unwrap_or(false)
     }
 }
 
@@ -48,42 +47,28 @@ async fn run(store: Store, mut received: mpsc::UnboundedReceiver<Entry>) {
     while received.recv_many(&mut group, GROUP).await > 0 {
         let (attempts, answers): (Vec<_>, Vec<_>) = group.drain(..).unzip();
         metrics::histogram!("herald_webhook_record_group_size").record(attempts.len() as f64);
-        let recorded = match store.record_webhook_attempts(attempts.clone()).await {
-            Ok(disabled) => {
-                report(&disabled);
-                vec![true; answers.len()]
-            }
+        match store.record_webhook_attempts(attempts.clone()).await {
+            Ok(disabled) => report(&disabled),
             // One attempt the group could not take (its endpoint removed mid-way, say) must not
             // cost the others theirs: each is tried alone.
             Err(e) if attempts.len() > 1 => {
                 tracing::warn!(error = %e, attempts = attempts.len(), "cannot record a group of webhook attempts; recording each alone");
-                let mut recorded = Vec::with_capacity(attempts.len());
                 for attempt in attempts {
-                    recorded.push(record_alone(&store, attempt).await);
+                    record_alone(&store, attempt).await;
                 }
-                recorded
             }
-            Err(e) => {
-                warn_unrecorded(&e);
-                vec![false]
-            }
-        };
-        for (answer, recorded) in answers.into_iter().zip(recorded) {
-            let _ = answer.send(recorded);
+            Err(e) => warn_unrecorded(&e),
+        }
+        for answer in answers {
+            let _ = answer.send(());
         }
     }
 }
 
-async fn record_alone(store: &Store, attempt: WebhookAttemptRecord) -> bool {
+async fn record_alone(store: &Store, attempt: WebhookAttemptRecord) {
     match store.record_webhook_attempts(vec![attempt]).await {
-        Ok(disabled) => {
-            report(&disabled);
-            true
-        }
-        Err(e) => {
-            warn_unrecorded(&e);
-            false
-        }
+        Ok(disabled) => report(&disabled),
+        Err(e) => warn_unrecorded(&e),
     }
 }
 
