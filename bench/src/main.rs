@@ -148,6 +148,13 @@ enum Command {
         /// Dispatches per row of the dispatch-cost table.
         #[arg(long, default_value_t = 10_000)]
         requests: usize,
+        /// Rounds of the dispatch-cost table (each: no endpoint, one delivering, one down); the
+        /// medians are compared.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Only the dispatch-cost table.
+        #[arg(long)]
+        dispatch_only: bool,
         #[arg(long, default_value = "target/release/heraldd")]
         daemon: PathBuf,
     },
@@ -459,7 +466,18 @@ async fn run() -> anyhow::Result<()> {
             let run = dispatch::DispatchRun { requests, concurrency, pin, suppressions };
             dispatch::dispatch(backend, run, daemon, perf.as_deref()).await
         }
-        Command::Webhooks { backend, events, fan_out, rate, seconds, backlog, requests, daemon } => {
+        Command::Webhooks {
+            backend,
+            events,
+            fan_out,
+            rate,
+            seconds,
+            backlog,
+            requests,
+            rounds,
+            dispatch_only,
+            daemon,
+        } => {
             webhooks::run(webhooks::Options {
                 backend,
                 events,
@@ -468,6 +486,8 @@ async fn run() -> anyhow::Result<()> {
                 seconds,
                 backlog,
                 requests,
+                rounds,
+                dispatch_only,
                 daemon,
             })
             .await

@@ -44,6 +44,8 @@ pub struct Options {
     pub seconds: u64,
     pub backlog: usize,
     pub requests: usize,
+    pub rounds: usize,
+    pub dispatch_only: bool,
     pub daemon: PathBuf,
 }
 
@@ -209,7 +211,8 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     println!("\n{engine}: in-app dispatch, {} requests per row, concurrency 64\n", o.requests);
     println!("| endpoint subscribed | accepted/s | p50 ms | p99 ms | errors |");
     println!("|---|---|---|---|---|");
-    for round in 0..6 {
+    let mut rates: [Vec<f64>; 3] = Default::default();
+    for round in 0..3 * o.rounds.max(1) {
         let (label, name) = match round % 3 {
             0 => ("none", None),
             1 => ("one, delivering meanwhile", Some("dispatch")),
@@ -220,6 +223,7 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
             None => None,
         };
         let report = load::run(&d.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
+        rates[round % 3].push(report.per_second());
         println!(
             "| {label} | {:.0} | {:.2} | {:.2} | {} |",
             report.per_second(),
@@ -234,6 +238,25 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
             api.remove_endpoint(&id).await?;
             receiver.take(name);
         }
+    }
+    let medians = rates.map(|mut r| {
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    });
+    let against = |m: f64| (m / medians[0] - 1.0) * 100.0;
+    println!(
+        "\n{engine}: medians of {} rounds: none {:.0}/s; one delivering {:.0}/s ({:+.0} %); one down {:.0}/s ({:+.0} %)",
+        o.rounds.max(1),
+        medians[0],
+        medians[1],
+        against(medians[1]),
+        medians[2],
+        against(medians[2])
+    );
+    if o.dispatch_only {
+        let mut child = d.child;
+        let _ = child.kill().await;
+        return Ok(());
     }
 
     // 2. Throughput: every event to `fan_out` endpoints.

@@ -132,6 +132,10 @@ fn start_tasks(
     }
     task!("delivery-workers", delivery::run_workers);
     task!("webhook-dispatcher", delivery::webhooks::run_webhooks);
+    // PostgreSQL fans webhook events out in the change's statement (migration 0017).
+    if state.store.engine() == store::Engine::Sqlite {
+        task!("webhook-fan-out", delivery::webhooks::run_fan_out);
+    }
     task!("housekeeping", service::housekeeping);
     task!("domain-checks", service::domains::run_checks);
     task!("stream-registration", stream::renew_daemon);

@@ -3,12 +3,19 @@
 //! the message's siblings and its endpoint.
 
 use herald_common::{
-    api::webhooks::{EndpointStatus, MessageStatus},
+    api::{
+        notifications::Channel,
+        suppressions::SuppressionReason,
+        webhooks::{EndpointStatus, EventType, MessageStatus},
+    },
     ids::{TenantId, WebhookEndpointId},
 };
 use herald_daemon::{
     config::Layers,
-    store::{ClaimedMessage, MessageRecord, Store, Verdict, WebhookAttemptRecord, WebhookEndpointRecord},
+    store::{
+        ClaimedMessage, MessageRecord, NewSuppression, Store, Verdict, WebhookAttemptRecord,
+        WebhookEndpointRecord,
+    },
 };
 use herald_tests::{Backend, both_backends};
 
@@ -24,6 +31,16 @@ async fn open(backend: Backend, dir: &std::path::Path) -> (Store, TenantId, Stri
 }
 
 async fn add_endpoint(store: &Store, tenant: &TenantId, failing_since: Option<i64>) -> WebhookEndpointId {
+    add_endpoint_as(store, tenant, failing_since, None, EndpointStatus::Enabled).await
+}
+
+async fn add_endpoint_as(
+    store: &Store,
+    tenant: &TenantId,
+    failing_since: Option<i64>,
+    event_types: Option<&str>,
+    status: EndpointStatus,
+) -> WebhookEndpointId {
     let id = WebhookEndpointId::new();
     store
         .insert_webhook_endpoint(WebhookEndpointRecord {
@@ -32,8 +49,8 @@ async fn add_endpoint(store: &Store, tenant: &TenantId, failing_since: Option<i6
             application_id: None,
             url: "https://hooks.example.com/in".into(),
             description: None,
-            event_types: None,
-            status: EndpointStatus::Enabled,
+            event_types: event_types.map(str::to_owned),
+            status,
             disabled_reason: None,
             secret_generation: 1,
             previous_until: None,
@@ -249,3 +266,84 @@ async fn a_large_group_settles_every_message(backend: Backend) {
     store.close().await;
 }
 both_backends!(a_large_group_settles_every_message_on_each_backend, a_large_group_settles_every_message);
+
+/// Events reach each enabled endpoint that wants them once, in the order of the events, and a test
+/// event keeps the one message it was written with. SQLite fans out after the change, in groups
+/// (a cursor); PostgreSQL in the change's statement.
+async fn events_are_fanned_out_once_in_order(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    let count = |sql: &'static str| {
+        let url = url.clone();
+        async move { backend.count(&url, sql).await }
+    };
+    let every = add_endpoint(&store, &tenant, None).await;
+    let deletions =
+        add_endpoint_as(&store, &tenant, None, Some(",suppression.deleted,"), EndpointStatus::Enabled).await;
+    let disabled = add_endpoint_as(&store, &tenant, None, None, EndpointStatus::Disabled).await;
+    store.add_webhook_test_event(tenant.clone(), every.clone(), 1).await.unwrap().unwrap();
+    let mut suppressions = Vec::new();
+    for i in 0..300 {
+        let (added, _) = store
+            .add_suppression(NewSuppression {
+                tenant_id: tenant.clone(),
+                channel: Channel::Email,
+                recipient_key: format!("user{i}@example.com"),
+                recipient_masked: "u***@example.com".into(),
+                category: None,
+                reason: SuppressionReason::Manual,
+                transaction_id: None,
+                created_at: 10 + i,
+            })
+            .await
+            .unwrap();
+        suppressions.push(added.id);
+    }
+    for id in &suppressions[..20] {
+        store.delete_suppression(&tenant, id).await.unwrap().unwrap();
+    }
+    assert_eq!(count("SELECT COUNT(*) FROM webhook_events").await, 321);
+    if backend == Backend::Sqlite {
+        assert_eq!(count("SELECT COUNT(*) FROM webhook_messages").await, 1, "only the test event's, so far");
+        // A full group, then the rest with the test event (passed by), then nothing.
+        assert_eq!(store.fan_out_webhook_events(256).await.unwrap(), 256);
+        assert_eq!(store.fan_out_webhook_events(256).await.unwrap(), 65);
+    }
+    assert_eq!(store.fan_out_webhook_events(256).await.unwrap(), 0);
+
+    let per_endpoint = |id: &WebhookEndpointId| {
+        let url = url.clone();
+        let sql = format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{id}'");
+        async move { backend.count(&url, &sql).await }
+    };
+    assert_eq!(per_endpoint(&every).await, 321);
+    assert_eq!(per_endpoint(&deletions).await, 20);
+    assert_eq!(per_endpoint(&disabled).await, 0);
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM (SELECT endpoint_id, event_id FROM webhook_messages
+             GROUP BY endpoint_id, event_id HAVING COUNT(*) > 1) twice"
+        )
+        .await,
+        0,
+        "each event once per endpoint"
+    );
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM webhook_messages a JOIN webhook_messages b
+             ON b.endpoint_id = a.endpoint_id AND b.id > a.id AND b.event_id < a.event_id"
+        )
+        .await,
+        0,
+        "messages in the order of their events"
+    );
+    // A suppression's deletion waits behind its creation: the first claim takes no deletion.
+    let claimed = store
+        .claim_webhook_messages(every.clone(), i64::MAX / 2, i64::MAX / 2, 1_000, "l".into())
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 301, "the test event and every suppression's first event");
+    assert!(claimed.iter().all(|m| m.event_type != EventType::SuppressionDeleted));
+    store.close().await;
+}
+both_backends!(events_are_fanned_out_once_in_order_on_each_backend, events_are_fanned_out_once_in_order);

@@ -32,7 +32,14 @@ mod templates;
 mod webhooks;
 pub(crate) mod writer;
 
-use std::{str::FromStr, sync::Arc, time::Duration};
+use std::{
+    str::FromStr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use futures_util::future::BoxFuture;
 use herald_common::ids::{ApplicationId, InAppId, UserId};
@@ -320,6 +327,8 @@ pub struct Store {
     activity: Arc<tokio::sync::watch::Sender<u64>>,
     /// Wakes the webhook dispatcher when messages are inserted (see [`Store::webhook_wake`]).
     webhook_wake: Arc<tokio::sync::Notify>,
+    /// Wakes SQLite's fan-out when events are inserted (see [`Store::webhook_event_wake`]).
+    webhook_event_wake: Arc<tokio::sync::Notify>,
     /// The transactions of [`Store::write_apart`] that may run at once.
     apart: Arc<tokio::sync::Semaphore>,
 }
@@ -412,21 +421,28 @@ impl Store {
         SQLITE_MIGRATIONS.run(&mut migrating).await?;
         sqlx::Connection::close(migrating).await?;
         let write_conn = local::open(path, synchronous_full)?;
-        // The outbox's triggers insert webhook messages inside the writer's transactions: the
-        // update hook notes it, and the dispatcher is woken once the batch has committed, when
-        // its reads can see them.
+        // The outbox's triggers insert webhook events inside the writer's transactions, and the
+        // fan-out their messages: the update hook notes each, and the fan-out or the dispatcher is
+        // woken once the batch has committed, when its reads can see them.
         let webhook_wake = Arc::new(tokio::sync::Notify::new());
-        let inserted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let webhook_event_wake = Arc::new(tokio::sync::Notify::new());
+        let inserted = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
         let noted = inserted.clone();
         write_conn.update_hook(Some(move |action, _: &str, table: &str, _| {
-            if action == rusqlite::hooks::Action::SQLITE_INSERT && table == "webhook_messages" {
-                noted.store(true, std::sync::atomic::Ordering::Relaxed);
+            if action == rusqlite::hooks::Action::SQLITE_INSERT {
+                match table {
+                    "webhook_events" => noted[0].store(true, Ordering::Relaxed),
+                    "webhook_messages" => noted[1].store(true, Ordering::Relaxed),
+                    _ => {}
+                }
             }
         }))?;
-        let wake = webhook_wake.clone();
+        let wakes = [webhook_event_wake.clone(), webhook_wake.clone()];
         let after_batch = Box::new(move || {
-            if inserted.swap(false, std::sync::atomic::Ordering::Relaxed) {
-                wake.notify_one();
+            for (inserted, wake) in inserted.iter().zip(&wakes) {
+                if inserted.swap(false, Ordering::Relaxed) {
+                    wake.notify_one();
+                }
             }
         });
         let pool = SqlitePoolOptions::new()
@@ -444,6 +460,7 @@ impl Store {
             hub: Arc::default(),
             activity: Arc::new(tokio::sync::watch::Sender::new(0)),
             webhook_wake,
+            webhook_event_wake,
             apart: Arc::new(tokio::sync::Semaphore::new(APART)),
         })
     }
@@ -469,6 +486,7 @@ impl Store {
             hub: Arc::default(),
             activity: Arc::new(tokio::sync::watch::Sender::new(0)),
             webhook_wake: Arc::new(tokio::sync::Notify::new()),
+            webhook_event_wake: Arc::new(tokio::sync::Notify::new()),
             apart: Arc::new(tokio::sync::Semaphore::new(APART)),
         })
     }

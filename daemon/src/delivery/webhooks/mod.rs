@@ -18,10 +18,14 @@
 //! not spent, and the first success opens it again. A dead endpoint with a backlog of 100,000
 //! costs a request a second, not 100,000 requests and their records every few seconds.
 //!
+//! The messages are made with the change that wrote their event (PostgreSQL), or by the
+//! [`fan_out`] just after it (SQLite).
+//!
 //! The dispatcher wakes when messages are inserted (the store's webhook wake-up: SQLite's update
 //! hook, PostgreSQL's NOTIFY at commit), when a send ends, and otherwise when the next message
 //! is due (at most a second: other daemons' changes that it did not hear of).
 
+mod fan_out;
 mod recorder;
 
 use std::{
@@ -36,6 +40,7 @@ use reqwest::{StatusCode, header};
 use tokio::{sync::mpsc, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 
+pub use self::fan_out::run_fan_out;
 use self::recorder::Recorder;
 use crate::{
     retry::RetryPolicy,
@@ -461,6 +466,10 @@ impl Send {
             let latency = (now - message.occurred_at).max(0) as f64 / 1000.0;
             metrics::histogram!("herald_webhook_first_attempt_delay_seconds").record(latency);
         }
+        // The body is kept for the attempts to come, so that each sends the same bytes; after a
+        // success there are none (rendering is a function of the event: another endpoint's
+        // message renders the same bytes), and keeping it would rewrite the event for nothing.
+        let keep = rendered && !answer.succeeded;
         let mut done = self.done;
         done.answered(match (&body, answer.succeeded) {
             (None, _) => Outcome::Unknown,
@@ -473,7 +482,7 @@ impl Send {
             subject_id: message.subject_id.clone(),
             lease: self.lease.to_string(),
             event_id: message.event_id,
-            body: body.filter(|_| rendered),
+            body: body.filter(|_| keep),
             at: now,
             http_status: answer.http_status,
             error: answer.error,

@@ -105,6 +105,8 @@ pub struct AttemptRow {
 
 crate::store::local::local_row!(AttemptRow { message_id, attempted_at, http_status, error, duration_ms });
 
+/// SQLite: due messages of the endpoint, none while an earlier message about the same subject
+/// is pending, returned with their events (in no particular order).
 const CLAIM_SQLITE: &str = "UPDATE webhook_messages SET next_attempt_at = $3, lease = $4, updated_at = $2
      WHERE id IN (
          SELECT m.id FROM webhook_messages m
@@ -112,7 +114,11 @@ const CLAIM_SQLITE: &str = "UPDATE webhook_messages SET next_attempt_at = $3, le
            AND NOT EXISTS (SELECT 1 FROM webhook_messages p
                            WHERE p.endpoint_id = m.endpoint_id AND p.subject_id = m.subject_id
                              AND p.status = 'pending' AND p.id < m.id)
-         ORDER BY m.next_attempt_at, m.id LIMIT $5)";
+         ORDER BY m.next_attempt_at, m.id LIMIT $5)
+     RETURNING id, created_at, attempts, event_type, subject_id, event_id,
+               (SELECT v.data FROM webhook_events v WHERE v.id = webhook_messages.event_id) AS data,
+               (SELECT v.body FROM webhook_events v WHERE v.id = webhook_messages.event_id) AS body,
+               (SELECT v.occurred_at FROM webhook_events v WHERE v.id = webhook_messages.event_id) AS occurred_at";
 
 /// PostgreSQL: the same rule, skipping rows another daemon is claiming (a message whose earlier
 /// sibling another daemon holds still sees that sibling pending, so it waits), written so the
@@ -226,24 +232,25 @@ impl Store {
         }
         self.write(move |conn| {
             Box::pin(async move {
-                let claimed = execute!(conn, CLAIM_SQLITE, &endpoint_id, now, lease_until, &lease, limit)?;
-                if claimed == 0 {
+                let mut claimed = fetch!(
+                    conn,
+                    fetch_all,
+                    ClaimedMessage,
+                    CLAIM_SQLITE,
+                    &endpoint_id,
+                    now,
+                    lease_until,
+                    &lease,
+                    limit
+                )?;
+                if claimed.is_empty() {
                     // Due messages that wait behind an earlier one's retry (written while that
                     // one was being sent) are due no sooner than it, so they are not asked for
                     // again before then.
                     execute!(conn, DEFER_BLOCKED, &endpoint_id, now)?;
-                    return Ok(Vec::new());
                 }
-                fetch!(
-                    conn,
-                    fetch_all,
-                    ClaimedMessage,
-                    "SELECT m.id, m.created_at, m.attempts, m.event_type, m.subject_id, v.id AS event_id, v.data,
-                            v.body, v.occurred_at
-                     FROM webhook_messages m JOIN webhook_events v ON v.id = m.event_id
-                     WHERE m.lease = $1 ORDER BY m.id",
-                    &lease
-                )
+                claimed.sort_unstable_by_key(|m| m.id);
+                Ok(claimed)
             })
         })
         .await

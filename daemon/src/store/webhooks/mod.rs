@@ -1,10 +1,10 @@
 //! Outbound event webhooks (CONTRACT §10): endpoints here, the dispatcher's side of the outbox
 //! in [`dispatch`].
 //!
-//! Events are not written by this module: the triggers of migration 0015 insert them, with their
-//! messages, in the transaction of the change they report (see the migration); a `webhook.test`
-//! event is inserted here and its trigger makes its message. `dispatch` leases due messages to a
-//! dispatcher (`next_attempt_at` holds the lease's end while a message is being sent, so a
+//! Events are not written by this module: the triggers of migration 0015 insert them in the
+//! transaction of the change they report (see the migration), with their messages on PostgreSQL;
+//! on SQLite [`fan_out`] makes the messages just after, a group at a time (migration 0017). A
+//! `webhook.test` event is inserted here with its one message. `dispatch` leases due messages to a dispatcher (`next_attempt_at` holds the lease's end while a message is being sent, so a
 //! crashed daemon's messages come due again by themselves) and records what each attempt found.
 
 use herald_common::{
@@ -13,6 +13,7 @@ use herald_common::{
 };
 
 mod dispatch;
+mod fan_out;
 
 pub use dispatch::{AttemptRow, ClaimedMessage, DueEndpoint, MessageRecord, Verdict, WebhookAttemptRecord};
 
@@ -246,8 +247,8 @@ impl Store {
         .await
     }
 
-    /// Writes a `webhook.test` event for one endpoint (its trigger makes the message); returns
-    /// the message's row number and creation time.
+    /// Writes a `webhook.test` event for one endpoint, with its message (the fan-outs pass such
+    /// events by); returns the message's row number and creation time.
     pub async fn add_webhook_test_event(
         &self,
         tenant_id: TenantId,
@@ -269,13 +270,24 @@ impl Store {
                     &data,
                     now
                 )?;
-                fetch!(
+                // Due now: the claim still holds it behind an earlier test message still pending.
+                let message = fetch!(
                     conn,
                     fetch_optional,
                     (i64, i64),
-                    "SELECT id, created_at FROM webhook_messages WHERE event_id = $1",
-                    event_id
-                )
+                    "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status,
+                                                   next_attempt_at, created_at, updated_at)
+                     SELECT e.id, $2, 'webhook.test', e.id, 'pending', $3, $3, $3
+                     FROM webhook_endpoints e WHERE e.id = $1 AND e.status = 'enabled'
+                     RETURNING id, created_at",
+                    &endpoint_id,
+                    event_id,
+                    now
+                )?;
+                if message.is_some() {
+                    notify_webhooks(conn).await?;
+                }
+                Ok(message)
             })
         })
         .await
@@ -292,6 +304,12 @@ impl Store {
     /// `herald_webhooks` NOTIFYs at commit, heard by [`Store::listen_for_changes`]).
     pub fn webhook_wake(&self) -> &std::sync::Arc<tokio::sync::Notify> {
         &self.webhook_wake
+    }
+
+    /// What SQLite's fan-out waits on: inserted events, once committed (the writer's update
+    /// hook notes them).
+    pub fn webhook_event_wake(&self) -> &std::sync::Arc<tokio::sync::Notify> {
+        &self.webhook_event_wake
     }
 
     /// Deletes the messages settled (succeeded or failed) before `before`, with their attempts,

@@ -1,0 +1,38 @@
+//! SQLite's fan-out: makes the messages of the events the outbox's triggers wrote, a group at a
+//! time (see the store's `fan_out`). It runs beside the dispatcher, which its messages wake.
+//! (PostgreSQL fans out in the change's statement; this task does not run there.)
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::state::AppState;
+
+/// Events fanned out in one transaction. A group costs one statement; a smaller one holds
+/// SQLite's writer for less time between two batches of dispatches.
+const GROUP: i64 = 256;
+/// The longest the fan-out sleeps without looking (events whose wake-up it missed).
+const POLL: Duration = Duration::from_secs(1);
+/// How long it waits after the store refused a group.
+const BACKOFF: Duration = Duration::from_millis(200);
+
+/// Fans out what is waiting, then waits for new events (or [`POLL`]).
+pub async fn run_fan_out(state: AppState, shutdown: CancellationToken) {
+    let wake = state.store.webhook_event_wake().clone();
+    loop {
+        let pause = match state.store.fan_out_webhook_events(GROUP).await {
+            // A full group: more may wait.
+            Ok(taken) if taken >= GROUP => continue,
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot fan webhook events out");
+                Some(BACKOFF)
+            }
+        };
+        tokio::select! {
+            _ = wake.notified(), if pause.is_none() => {}
+            _ = tokio::time::sleep(pause.unwrap_or(POLL)) => {}
+            _ = shutdown.cancelled() => break,
+        }
+    }
+}
