@@ -1,14 +1,14 @@
 //! The dispatcher's side of the outbox: which endpoints have messages due, leasing them in
-//! order, recording each attempt and what it decides (a retry, giving up, disabling the
-//! endpoint), the list `deliveries` shows, and recovery.
+//! order, and recording each attempt and what it decides (a retry, giving up, disabling the
+//! endpoint). What `deliveries` lists and recovery are in [`super::deliveries`].
 
 use herald_common::{
     api::webhooks::{EventType, MessageStatus},
     ids::WebhookEndpointId,
 };
 
-use super::{fail_pending, notify_webhooks};
-use crate::store::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
+use super::fail_pending;
+use crate::store::{Conn, Engine, Store, StoreResult, execute, fetch};
 
 /// An enabled endpoint and when its first pending message is due (`None`: nothing pending).
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -81,30 +81,6 @@ pub struct WebhookAttemptRecord {
     pub disable_after_ms: i64,
 }
 
-/// A message as `deliveries` lists it.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct MessageRecord {
-    pub id: i64,
-    pub event_type: EventType,
-    pub status: MessageStatus,
-    pub next_attempt_at: Option<i64>,
-    pub created_at: i64,
-}
-
-crate::store::local::local_row!(MessageRecord { id, event_type, status, next_attempt_at, created_at });
-
-/// An attempt as `deliveries` lists it.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct AttemptRow {
-    pub message_id: i64,
-    pub attempted_at: i64,
-    pub http_status: Option<i64>,
-    pub error: Option<String>,
-    pub duration_ms: i64,
-}
-
-crate::store::local::local_row!(AttemptRow { message_id, attempted_at, http_status, error, duration_ms });
-
 /// SQLite: due messages of the endpoint, none while an earlier message about the same subject
 /// is pending, returned with their events (in no particular order).
 const CLAIM_SQLITE: &str = "UPDATE webhook_messages SET next_attempt_at = $3, lease = $4, updated_at = $2
@@ -142,8 +118,8 @@ const CLAIM_POSTGRES: &str = "WITH claimed AS (
 
 /// Moves due messages that wait behind an earlier pending message about the same subject, which
 /// waits for a later retry, to that retry's time.
-/// (`+p.next_attempt_at`: see the fan-out trigger in migration 0015; SQLite would walk the
-/// endpoint's whole pending index for a bare column's `MAX`.)
+/// (`+p.next_attempt_at`: see the fan-out, `fan_out.rs`; SQLite would walk the endpoint's whole
+/// pending index for a bare column's `MAX`.)
 const DEFER_BLOCKED: &str = "UPDATE webhook_messages SET next_attempt_at = (
          SELECT MAX(+p.next_attempt_at) FROM webhook_messages p
          WHERE p.endpoint_id = webhook_messages.endpoint_id AND p.subject_id = webhook_messages.subject_id
@@ -268,93 +244,6 @@ impl Store {
             return Ok(Vec::new());
         }
         self.write_apart(move |conn| Box::pin(async move { record_attempts(conn, &attempts).await })).await
-    }
-
-    /// One page of an endpoint's messages, newest first, with their attempts (oldest first), and
-    /// how many there are.
-    pub async fn webhook_messages(
-        &self,
-        endpoint_id: &WebhookEndpointId,
-        status: Option<MessageStatus>,
-        limit: u32,
-        page: u32,
-    ) -> StoreResult<(Vec<(MessageRecord, Vec<AttemptRow>)>, u64)> {
-        let mut read = self.read().await?;
-        let conn = &mut read.conn();
-        let total = scalar!(
-            conn,
-            fetch_one,
-            i64,
-            "SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = $1 AND ($2 IS NULL OR status = $2)",
-            endpoint_id,
-            status
-        )?;
-        let offset = i64::from(page.saturating_sub(1)) * i64::from(limit);
-        let messages = fetch!(
-            conn,
-            fetch_all,
-            MessageRecord,
-            "SELECT id, event_type, status, next_attempt_at, created_at FROM webhook_messages
-             WHERE endpoint_id = $1 AND ($2 IS NULL OR status = $2)
-             ORDER BY id DESC LIMIT $3 OFFSET $4",
-            endpoint_id,
-            status,
-            i64::from(limit),
-            offset
-        )?;
-        let (Some(last), Some(first)) = (messages.first(), messages.last()) else {
-            return Ok((Vec::new(), u64::try_from(total).unwrap_or(0)));
-        };
-        let attempts = fetch!(
-            conn,
-            fetch_all,
-            AttemptRow,
-            "SELECT a.message_id, a.attempted_at, a.http_status, a.error, a.duration_ms
-             FROM webhook_attempts a JOIN webhook_messages m ON m.id = a.message_id
-             WHERE m.endpoint_id = $1 AND a.message_id BETWEEN $2 AND $3
-             ORDER BY a.message_id, a.attempted_at",
-            endpoint_id,
-            first.id,
-            last.id
-        )?;
-        let mut by_message: std::collections::HashMap<i64, Vec<AttemptRow>> =
-            std::collections::HashMap::new();
-        for attempt in attempts {
-            by_message.entry(attempt.message_id).or_default().push(attempt);
-        }
-        let page = messages
-            .into_iter()
-            .map(|m| {
-                let attempts = by_message.remove(&m.id).unwrap_or_default();
-                (m, attempts)
-            })
-            .collect();
-        Ok((page, u64::try_from(total).unwrap_or(0)))
-    }
-
-    /// Queues again every failed message to the endpoint created at or after `since`, with its
-    /// original id; how many.
-    pub async fn recover_webhook_messages(
-        &self,
-        endpoint_id: WebhookEndpointId,
-        since: i64,
-        now: i64,
-    ) -> StoreResult<u64> {
-        self.write(move |conn| {
-            Box::pin(async move {
-                let queued = execute!(
-                    conn,
-                    "UPDATE webhook_messages SET status = 'pending', next_attempt_at = $3, lease = NULL, updated_at = $3
-                     WHERE endpoint_id = $1 AND status = 'failed' AND created_at >= $2",
-                    &endpoint_id,
-                    since,
-                    now
-                )?;
-                notify_webhooks(conn).await?;
-                Ok(queued)
-            })
-        })
-        .await
     }
 }
 

@@ -12,10 +12,12 @@ use herald_common::{
     ids::{ApplicationId, TenantId, WebhookEndpointId},
 };
 
+mod deliveries;
 mod dispatch;
 mod fan_out;
 
-pub use dispatch::{AttemptRow, ClaimedMessage, DueEndpoint, MessageRecord, Verdict, WebhookAttemptRecord};
+pub use deliveries::{AttemptRow, MessageRecord};
+pub use dispatch::{ClaimedMessage, DueEndpoint, Verdict, WebhookAttemptRecord};
 
 use super::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
 
