@@ -1,10 +1,11 @@
 //! Outbound event webhooks (CONTRACT §10): endpoints here, the dispatcher's side of the outbox
-//! in [`dispatch`].
+//! in [`dispatch`], what `deliveries` lists and recovery in [`deliveries`].
 //!
 //! Events are not written by this module: the triggers of migration 0015 insert them in the
 //! transaction of the change they report (see the migration), with their messages on PostgreSQL;
 //! on SQLite [`fan_out`] makes the messages just after, a group at a time (migration 0017). A
-//! `webhook.test` event is inserted here with its one message. `dispatch` leases due messages to a dispatcher (`next_attempt_at` holds the lease's end while a message is being sent, so a
+//! `webhook.test` event is inserted here with its one message. `dispatch` leases due messages to
+//! a dispatcher (`next_attempt_at` holds the lease's end while a message is being sent, so a
 //! crashed daemon's messages come due again by themselves) and records what each attempt found.
 
 use herald_common::{
