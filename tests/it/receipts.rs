@@ -192,3 +192,61 @@ async fn undelivered_items_are_retried(backend: Backend) {
     store.close().await;
 }
 both_backends!(undelivered_items_are_retried_on_each_backend, undelivered_items_are_retried);
+
+/// A receipt that overtakes the send's own record (the provider calls back before Herald has
+/// committed the attempt) finds the notification `sending` and moves nothing, and is applied when
+/// the attempt is recorded as sent: the best of such receipts, with its reason and retryability.
+/// A receipt kept before the attempt began (an earlier attempt's) is not.
+async fn a_receipt_that_overtakes_the_send_applies_when_it_is_recorded(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, app) = open(backend, dir.path()).await;
+    let mut ids = Vec::new();
+    for to in ["+15550000011", "+15550000012", "+15550000013", "+15550000014"] {
+        let n = notification(&tenant, &app, Channel::Sms, to);
+        ids.push(n.id.clone());
+        store.dispatch(n, None).await.unwrap();
+    }
+    let started = herald_daemon::store::now_millis();
+    let claimed = store.claim_due_deliveries(64, 60_000).await.unwrap();
+    assert_eq!(claimed.len(), 4);
+    let early = |id, status, word| {
+        let mut r = receipt(id, status, word);
+        r.received_at = started - 60_000;
+        r
+    };
+    for r in [
+        receipt(&ids[0], DeliveryStatus::Delivered, "delivered"),
+        receipt(&ids[0], DeliveryStatus::Read, "read"),
+        receipt(&ids[0], DeliveryStatus::Delivered, "delivered"),
+        receipt(&ids[1], DeliveryStatus::Undelivered, "undelivered"),
+        receipt(&ids[1], DeliveryStatus::Sent, "sent"),
+        early(&ids[3], DeliveryStatus::Delivered, "delivered"),
+    ] {
+        let outcome = store.record_receipt(r).await.unwrap();
+        assert_eq!(outcome, ReceiptOutcome::Recorded { changed: false }, "the send is not recorded yet");
+    }
+    for id in &ids {
+        assert_eq!(status_of(&store, id).await.0, DeliveryStatus::Sending);
+    }
+    for (i, job) in claimed.iter().enumerate() {
+        let span = AttemptSpan { started_at: started, finished_at: herald_daemon::store::now_millis() };
+        let sent = AttemptResult::Sent { provider_message_id: Some(format!("SM00{i}")) };
+        assert!(store.record_attempt(&job.id, job.attempt_count, span, sent).await.unwrap());
+    }
+    assert_eq!(status_of(&store, &ids[0]).await, (DeliveryStatus::Read, None, false));
+    assert_eq!(
+        status_of(&store, &ids[1]).await,
+        (DeliveryStatus::Undelivered, Some("30003: unreachable handset".to_owned()), true)
+    );
+    assert_eq!(status_of(&store, &ids[2]).await, (DeliveryStatus::Sent, None, false), "no receipt");
+    assert_eq!(status_of(&store, &ids[3]).await.0, DeliveryStatus::Sent, "an earlier attempt's receipt");
+    // Receipts after the record move it as before.
+    let outcome =
+        store.record_receipt(receipt(&ids[2], DeliveryStatus::Delivered, "delivered")).await.unwrap();
+    assert_eq!(outcome, ReceiptOutcome::Recorded { changed: true });
+    store.close().await;
+}
+both_backends!(
+    a_receipt_that_overtakes_the_send_applies_when_it_is_recorded_on_each_backend,
+    a_receipt_that_overtakes_the_send_applies_when_it_is_recorded
+);

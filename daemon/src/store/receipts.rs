@@ -61,7 +61,7 @@ local_row!(ReceiptRecord { provider, provider_status, status, error_code, detail
 
 /// A notification's current status's place in the precedence, as SQL over `column`: the
 /// `CASE` is made from [`DeliveryStatus::receipt_rank`], so the rule has one home.
-fn rank_sql(column: &str) -> String {
+pub(super) fn rank_sql(column: &str) -> String {
     let arms: String = DeliveryStatus::ALL
         .iter()
         .filter(|s| s.receipt_rank() > 0)
@@ -81,8 +81,9 @@ static RECORD_POSTGRES: LazyLock<String> = LazyLock::new(|| {
                  AS t(notification_id, provider, provider_status, status, error_code, detail, received_at,
                       retryable, rank)),
          kept AS (INSERT INTO receipts
-                 (notification_id, provider, provider_status, status, error_code, detail, received_at)
-             SELECT i.notification_id, i.provider, i.provider_status, i.status, i.error_code, i.detail, i.received_at
+                 (notification_id, provider, provider_status, status, error_code, detail, received_at, retryable)
+             SELECT i.notification_id, i.provider, i.provider_status, i.status, i.error_code, i.detail, i.received_at,
+                    i.retryable
              FROM input i JOIN notifications n ON n.id = i.notification_id
              RETURNING notification_id),
          moved AS (UPDATE notifications n SET status = i.status,
@@ -100,9 +101,10 @@ static RECORD_POSTGRES: LazyLock<String> = LazyLock::new(|| {
 /// SQLite's two multi-row statements of a group: `(head, row, tail)`, the rows in a `VALUES`
 /// list named `v` (`column1`, `column2`, …).
 const KEEP_LOCAL: (&str, &str, &str) = (
-    "INSERT INTO receipts (notification_id, provider, provider_status, status, error_code, detail, received_at)
-     SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7 FROM (",
-    "(?, ?, ?, ?, ?, ?, ?)",
+    "INSERT INTO receipts (notification_id, provider, provider_status, status, error_code, detail, received_at,
+                           retryable)
+     SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column8 FROM (",
+    "(?, ?, ?, ?, ?, ?, ?, ?)",
     ") AS v JOIN notifications n ON n.id = v.column1 RETURNING notification_id",
 );
 static MOVE_LOCAL: LazyLock<(String, String, String)> = LazyLock::new(|| {
@@ -119,6 +121,21 @@ static MOVE_LOCAL: LazyLock<(String, String, String)> = LazyLock::new(|| {
         ),
     )
 });
+
+/// The best receipt kept for the notification `notification` since `since` (the attempt's
+/// start: not a receipt of an earlier attempt), as a query of `columns` of it (`r`), asked only
+/// `when` (SQL over the caller's columns; PostgreSQL makes it a one-time filter, so the receipts
+/// are not read for other rows): the highest in the precedence above `sent`, the first kept of
+/// equals (as receipts applied one by one would leave it).
+pub(super) fn best_kept_sql(when: &str, notification: &str, since: &str, columns: &str) -> String {
+    format!(
+        "SELECT {columns} FROM receipts r
+         WHERE {when} AND r.notification_id = {notification} AND r.received_at >= {since} AND {rank} > {sent}
+         ORDER BY {rank} DESC, r.id LIMIT 1",
+        rank = rank_sql("r.status"),
+        sent = DeliveryStatus::Sent.receipt_rank()
+    )
+}
 
 /// A receipt for the writer.
 pub(crate) struct Receipt(NewReceipt);
@@ -171,6 +188,7 @@ impl WriteKind for Receipt {
                             &r.error_code,
                             &r.detail,
                             &r.received_at,
+                            &r.retryable,
                         ]
                     },
                     |row| row.get(0),

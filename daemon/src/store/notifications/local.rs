@@ -3,6 +3,8 @@
 //! statements for a group of up to 64 whatever its size. (A statement here is a call in place,
 //! not a round trip; what a group saves is each statement's setup, binding and reset.)
 
+use std::sync::LazyLock;
+
 use super::*;
 use crate::store::local::{ignore, rows_of};
 
@@ -203,11 +205,14 @@ pub(super) fn record_all_local(conn: &rusqlite::Connection, attempts: &[&Attempt
         ignore,
     )?;
     let changed: Vec<_> = rows.iter().filter(|(a, ..)| held.contains(a.id.as_str())).collect();
+    let (head, row, tail) = &*SET_STATUSES;
     rows_of(
         conn,
-        SET_STATUSES,
+        (head.as_str(), row.as_str(), tail.as_str()),
         &changed,
-        |(a, (_, _, error), (status, _), retryable)| vec![&a.id, status, error, retryable, &now],
+        |(a, (_, _, error), (status, _), retryable)| {
+            vec![&a.id, status, error, retryable, &now, &a.span.started_at]
+        },
         ignore,
     )?;
     Ok(attempts.iter().map(|a| held.contains(a.id.as_str())).collect())
@@ -235,17 +240,52 @@ const LOG_ATTEMPTS: (&str, &str, &str) = (
     "(?, ?, ?, ?, ?, ?, ?)",
     "ON CONFLICT (notification_id, attempt) DO NOTHING",
 );
-const SET_STATUSES: (&str, &str, &str) = (
-    "UPDATE notifications SET
-         status = v.column2,
-         failure_reason = CASE v.column2 WHEN 'sent' THEN NULL WHEN 'queued' THEN notifications.failure_reason
-                                         ELSE v.column3 END,
-         retryable = CASE v.column2 WHEN 'queued' THEN notifications.retryable ELSE v.column4 END,
-         updated_at = v.column5
-     FROM (",
-    "(?, ?, ?, ?, ?)",
-    ") AS v WHERE notifications.id = v.column1",
-);
+static SET_STATUSES: LazyLock<(String, String, String)> = LazyLock::new(|| {
+    let (status, failure_reason, retryable) =
+        sent_or_receipt("v.column1", "v.column6", "v.column2", "v.column3", "v.column4");
+    (
+        format!(
+            "UPDATE notifications SET
+                 status = {status}, failure_reason = {failure_reason}, retryable = {retryable}, updated_at = v.column5
+             FROM ("
+        ),
+        "(?, ?, ?, ?, ?, ?)".to_owned(),
+        ") AS v WHERE notifications.id = v.column1".to_owned(),
+    )
+});
+
+/// SQLite: a notification's new status, failure reason and retryability when an attempt is
+/// recorded (PostgreSQL's is in its statement, a lateral join), as SQL over the attempt's columns (`id`, `started_at`, `status`, `error`, `retryable`). For
+/// `sent`, a receipt kept since the attempt began (the provider called back in the milliseconds
+/// between accepting the message and Herald committing the attempt) would have moved `sent` up
+/// the precedence, but found the notification still `sending` and moved nothing: the best such
+/// receipt applies now. A retry (`queued`) keeps the reason and retryability of the failure
+/// before it.
+fn sent_or_receipt(
+    id: &str,
+    started_at: &str,
+    status: &str,
+    error: &str,
+    retryable: &str,
+) -> (String, String, String) {
+    let when = format!("{status} = 'sent'");
+    let best =
+        |column: &str| format!("({})", crate::store::receipts::best_kept_sql(&when, id, started_at, column));
+    (
+        format!("CASE {status} WHEN 'sent' THEN COALESCE({}, 'sent') ELSE {status} END", best("r.status")),
+        format!(
+            "CASE {status} WHEN 'sent' THEN (CASE WHEN {} IN ('undelivered', 'bounced', 'complained') THEN {} END)
+                           WHEN 'queued' THEN notifications.failure_reason ELSE {error} END",
+            best("r.status"),
+            best("r.detail")
+        ),
+        format!(
+            "CASE {status} WHEN 'queued' THEN notifications.retryable WHEN 'sent' THEN COALESCE({}, {retryable})
+                           ELSE {retryable} END",
+            best("r.retryable")
+        ),
+    )
+}
 
 #[cfg(test)]
 mod tests {

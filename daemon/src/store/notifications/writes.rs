@@ -2,6 +2,8 @@
 //! attempt outcomes, a group's worth in set-based statements (PostgreSQL's here; SQLite's
 //! multi-row ones in `local.rs`). One written alone is a group of one.
 
+use std::sync::LazyLock;
+
 use super::*;
 use crate::store::writer::{WriteKind, not_set_based};
 
@@ -218,7 +220,7 @@ impl WriteKind for Attempt {
         }
     }
 
-    /// On PostgreSQL every group of outcomes is one statement ([`RECORD_ATTEMPTS`]).
+    /// On PostgreSQL every group of outcomes is one statement ([`struct@RECORD_ATTEMPTS`]).
     fn is_one_statement(_: &[&Self], engine: Engine) -> bool {
         engine == Engine::Postgres
     }
@@ -256,7 +258,7 @@ async fn record_all(pg: &mut sqlx::PgConnection, attempts: &[&Attempt]) -> Store
     let logged: Vec<_> = attempts.iter().map(|a| a.logged()).collect();
     let statuses: Vec<_> = attempts.iter().map(|a| a.status()).collect();
     crate::store::count_call();
-    let held: Vec<String> = sqlx::query_scalar(RECORD_ATTEMPTS)
+    let held: Vec<String> = sqlx::query_scalar(RECORD_ATTEMPTS.as_str())
         .bind(attempts.iter().map(|a| a.id.as_str()).collect::<Vec<_>>())
         .bind(attempts.iter().map(|a| a.lease_token).collect::<Vec<_>>())
         .bind(statuses.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>())
@@ -280,8 +282,20 @@ async fn record_all(pg: &mut sqlx::PgConnection, attempts: &[&Attempt]) -> Store
 }
 
 /// See [`record_all`]: the leases still held end (or, for a retry, go back to the queue), every
-/// attempt is logged, and the notifications of held leases take their new status.
-const RECORD_ATTEMPTS: &str = "WITH input AS (
+/// attempt is logged, and the notifications of held leases take their new status. For `sent`,
+/// that is the status of the best receipt kept since the attempt began, if one overtook this
+/// record (the provider called back in the milliseconds between accepting the message and Herald
+/// committing the attempt: the receipt found the notification `sending` and moved nothing), with
+/// its reason and retryability (one lateral look-up per sent attempt).
+static RECORD_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
+    let best = crate::store::receipts::best_kept_sql(
+        "input.status = 'sent'",
+        "input.id",
+        "input.started_at",
+        "r.status, r.detail, r.retryable",
+    );
+    format!(
+        "WITH input AS (
          SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::text[],
                               $8::text[], $9::text[], $10::bool[])
              AS t(id, token, status, next_attempt_at, started_at, finished_at, outcome, provider_message_id,
@@ -301,11 +315,19 @@ const RECORD_ATTEMPTS: &str = "WITH input AS (
          SELECT id, token, started_at, finished_at, outcome, provider_message_id, error FROM input
          ON CONFLICT (notification_id, attempt) DO NOTHING),
      changed AS (UPDATE notifications SET
-             status = input.status,
-             failure_reason = CASE input.status WHEN 'sent' THEN NULL WHEN 'queued' THEN notifications.failure_reason
-                                                ELSE input.error END,
-             retryable = CASE input.status WHEN 'queued' THEN notifications.retryable ELSE input.retryable END,
+             status = COALESCE(best.status, input.status),
+             failure_reason = CASE WHEN best.status IS NOT NULL
+                                   THEN (CASE WHEN best.status IN ('undelivered', 'bounced', 'complained') THEN best.detail END)
+                                   WHEN input.status = 'sent' THEN NULL
+                                   WHEN input.status = 'queued' THEN notifications.failure_reason
+                                   ELSE input.error END,
+             retryable = CASE WHEN best.status IS NOT NULL THEN best.retryable
+                              WHEN input.status = 'queued' THEN notifications.retryable
+                              ELSE input.retryable END,
              updated_at = $11
          FROM input JOIN held ON held.notification_id = input.id
+             LEFT JOIN LATERAL ({best}) best ON TRUE
          WHERE notifications.id = input.id)
-     SELECT notification_id FROM held";
+     SELECT notification_id FROM held"
+    )
+});
