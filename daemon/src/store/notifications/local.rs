@@ -240,52 +240,18 @@ const LOG_ATTEMPTS: (&str, &str, &str) = (
     "(?, ?, ?, ?, ?, ?, ?)",
     "ON CONFLICT (notification_id, attempt) DO NOTHING",
 );
+/// The notifications' new statuses: with the best receipt that overtook a `sent` attempt's record,
+/// if any (see [`super::new_status_sql`]; SQLite has no lateral join, so `best` is joined
+/// by the id its query finds).
 static SET_STATUSES: LazyLock<(String, String, String)> = LazyLock::new(|| {
-    let (status, failure_reason, retryable) =
-        sent_or_receipt("v.column1", "v.column6", "v.column2", "v.column3", "v.column4");
+    let set = super::new_status_sql("v.column2", "v.column3", "v.column4");
+    let best = crate::store::receipts::best_kept_sql("v.column2 = 'sent'", "v.column1", "v.column6", "r.id");
     (
-        format!(
-            "UPDATE notifications SET
-                 status = {status}, failure_reason = {failure_reason}, retryable = {retryable}, updated_at = v.column5
-             FROM ("
-        ),
+        format!("UPDATE notifications SET {set}, updated_at = v.column5 FROM ("),
         "(?, ?, ?, ?, ?, ?)".to_owned(),
-        ") AS v WHERE notifications.id = v.column1".to_owned(),
+        format!(") AS v LEFT JOIN receipts best ON best.id = ({best}) WHERE notifications.id = v.column1"),
     )
 });
-
-/// SQLite: a notification's new status, failure reason and retryability when an attempt is
-/// recorded (PostgreSQL's is in its statement, a lateral join), as SQL over the attempt's columns (`id`, `started_at`, `status`, `error`, `retryable`). For
-/// `sent`, a receipt kept since the attempt began (the provider called back in the milliseconds
-/// between accepting the message and Herald committing the attempt) would have moved `sent` up
-/// the precedence, but found the notification still `sending` and moved nothing: the best such
-/// receipt applies now. A retry (`queued`) keeps the reason and retryability of the failure
-/// before it.
-fn sent_or_receipt(
-    id: &str,
-    started_at: &str,
-    status: &str,
-    error: &str,
-    retryable: &str,
-) -> (String, String, String) {
-    let when = format!("{status} = 'sent'");
-    let best =
-        |column: &str| format!("({})", crate::store::receipts::best_kept_sql(&when, id, started_at, column));
-    (
-        format!("CASE {status} WHEN 'sent' THEN COALESCE({}, 'sent') ELSE {status} END", best("r.status")),
-        format!(
-            "CASE {status} WHEN 'sent' THEN (CASE WHEN {} IN ('undelivered', 'bounced', 'complained') THEN {} END)
-                           WHEN 'queued' THEN notifications.failure_reason ELSE {error} END",
-            best("r.status"),
-            best("r.detail")
-        ),
-        format!(
-            "CASE {status} WHEN 'queued' THEN notifications.retryable WHEN 'sent' THEN COALESCE({}, {retryable})
-                           ELSE {retryable} END",
-            best("r.retryable")
-        ),
-    )
-}
 
 #[cfg(test)]
 mod tests {

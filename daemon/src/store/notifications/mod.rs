@@ -20,6 +20,27 @@ mod local;
 mod writes;
 pub(super) use writes::{Attempt, Dispatch};
 
+/// The `SET` list of a recorded attempt's notification, over the attempt's `status`, `error` and
+/// `retryable` and `best`, the best receipt kept since the attempt began if it was `sent` (its
+/// columns `NULL` when there is none; [`crate::store::receipts::best_kept_sql`]). Such a receipt
+/// overtook this record (the provider called back in the milliseconds between accepting the
+/// message and Herald committing the attempt), found the notification still `sending` and moved
+/// nothing: it applies now, with its reason and retryability. A retry (`queued`) keeps the reason
+/// and retryability of the failure before it. Both backends' statements use it.
+fn new_status_sql(status: &str, error: &str, retryable: &str) -> String {
+    format!(
+        "status = COALESCE(best.status, {status}),
+         failure_reason = CASE WHEN best.status IS NOT NULL
+                               THEN (CASE WHEN best.status IN ('undelivered', 'bounced', 'complained') THEN best.detail END)
+                               WHEN {status} = 'sent' THEN NULL
+                               WHEN {status} = 'queued' THEN notifications.failure_reason
+                               ELSE {error} END,
+         retryable = CASE WHEN best.status IS NOT NULL THEN best.retryable
+                          WHEN {status} = 'queued' THEN notifications.retryable
+                          ELSE {retryable} END"
+    )
+}
+
 /// A notification to insert.
 #[derive(Clone, Debug)]
 pub struct NewNotification {

@@ -282,12 +282,10 @@ async fn record_all(pg: &mut sqlx::PgConnection, attempts: &[&Attempt]) -> Store
 }
 
 /// See [`record_all`]: the leases still held end (or, for a retry, go back to the queue), every
-/// attempt is logged, and the notifications of held leases take their new status. For `sent`,
-/// that is the status of the best receipt kept since the attempt began, if one overtook this
-/// record (the provider called back in the milliseconds between accepting the message and Herald
-/// committing the attempt: the receipt found the notification `sending` and moved nothing), with
-/// its reason and retryability (one lateral look-up per sent attempt).
+/// attempt is logged, and the notifications of held leases take their new status
+/// ([`super::new_status_sql`]; the receipt that may have overtaken a sent attempt, by a lateral look-up).
 static RECORD_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
+    let set = new_status_sql("input.status", "input.error", "input.retryable");
     let best = crate::store::receipts::best_kept_sql(
         "input.status = 'sent'",
         "input.id",
@@ -314,17 +312,7 @@ static RECORD_ATTEMPTS: LazyLock<String> = LazyLock::new(|| {
              (notification_id, attempt, started_at, finished_at, outcome, provider_message_id, error)
          SELECT id, token, started_at, finished_at, outcome, provider_message_id, error FROM input
          ON CONFLICT (notification_id, attempt) DO NOTHING),
-     changed AS (UPDATE notifications SET
-             status = COALESCE(best.status, input.status),
-             failure_reason = CASE WHEN best.status IS NOT NULL
-                                   THEN (CASE WHEN best.status IN ('undelivered', 'bounced', 'complained') THEN best.detail END)
-                                   WHEN input.status = 'sent' THEN NULL
-                                   WHEN input.status = 'queued' THEN notifications.failure_reason
-                                   ELSE input.error END,
-             retryable = CASE WHEN best.status IS NOT NULL THEN best.retryable
-                              WHEN input.status = 'queued' THEN notifications.retryable
-                              ELSE input.retryable END,
-             updated_at = $11
+     changed AS (UPDATE notifications SET {set}, updated_at = $11
          FROM input JOIN held ON held.notification_id = input.id
              LEFT JOIN LATERAL ({best}) best ON TRUE
          WHERE notifications.id = input.id)
