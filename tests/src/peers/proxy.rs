@@ -1,8 +1,15 @@
 //! A TCP proxy on loopback that can cut the network between a client and the daemon: while cut,
 //! open connections go silent (no bytes, no close, as a dropped Wi-Fi or a dead NAT entry would
-//! leave them) and new ones are closed at once; restored, new connections pass again.
+//! leave them) and new ones are closed at once; restored, new connections pass again. It counts
+//! the connections it accepts.
 
-use std::net::SocketAddr;
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
 
 use tokio::{
     net::{TcpListener, TcpStream},
@@ -12,6 +19,7 @@ use tokio::{
 pub struct CutProxy {
     pub addr: SocketAddr,
     up: watch::Sender<bool>,
+    accepted: Arc<AtomicUsize>,
 }
 
 impl CutProxy {
@@ -20,12 +28,20 @@ impl CutProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
         let addr = listener.local_addr().expect("the proxy's address");
         let (up, watching) = watch::channel(true);
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(forward(client, target, watching.clone()));
             }
         });
-        Self { addr, up }
+        Self { addr, up, accepted }
+    }
+
+    /// The connections it has accepted so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::Relaxed)
     }
 
     pub fn url(&self) -> String {
