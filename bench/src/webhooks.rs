@@ -6,14 +6,19 @@
 //! 1. **Dispatch cost**: in-app dispatches accepted per second with no endpoint, with one
 //!    subscribed that takes each event as it comes (the sends share the machine with the
 //!    dispatches), and with one subscribed that is down (503: after five failures it is only
-//!    probed, so this is the outbox's own cost), twice over in turn (so the database's growth is
-//!    shared).
+//!    probed, so this is the outbox's own cost), `--rounds` times over in turn (so the
+//!    database's growth is shared). Each row also gives the daemon's CPU time per 1,000
+//!    dispatches (and the PostgreSQL server's), read from `/proc`: steadier than a rate on a
+//!    shared machine. The delivering row's includes its deliveries (read once they arrived).
 //! 2. **Throughput**: `--fan-out` endpoints subscribed, `--events` dispatches as fast as they are
 //!    taken; deliveries per second from the first dispatch to the last delivery.
 //! 3. **Latency**: one endpoint, `--rate` dispatches a second for `--seconds`; for each delivery,
 //!    its arrival minus the event's `timestamp` (when the change committed): event → first attempt.
-//! 4. **Isolation**: a dead endpoint (it answers 503 at once) is given a backlog of `--backlog`
-//!    events, then step 3 runs again beside it; the healthy endpoint's p99 against step 3's.
+//! 4. **Isolation**: `--backlog` events are dispatched with no endpoint subscribed, then step 3
+//!    runs again (the control); a dead endpoint (it answers 503 at once) is given a backlog of
+//!    as many events, then step 3 runs again beside it. The healthy endpoint's p99 beside the
+//!    backlog against the control's: both follow a fill of the same size, so the difference is
+//!    the dead endpoint's (against step 3's too, which ran on a smaller database).
 
 use std::{
     collections::HashMap,
@@ -34,7 +39,7 @@ use herald_common::Timestamp;
 use reqwest::Method;
 use serde_json::json;
 
-use crate::{BackendArg, backend_of, engine_name, load, smtp, start_daemon_with};
+use crate::{BackendArg, backend_of, costs, engine_name, load, smtp, start_daemon_with};
 
 pub struct Options {
     pub backend: BackendArg,
@@ -209,9 +214,13 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     //    comes, and with one subscribed that is down (the outbox's writes without the sends),
     //    in turn.
     println!("\n{engine}: in-app dispatch, {} requests per row, concurrency 64\n", o.requests);
-    println!("| endpoint subscribed | accepted/s | p50 ms | p99 ms | errors |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| endpoint subscribed | accepted/s | p50 ms | p99 ms | errors | daemon CPU ms per 1,000 | PostgreSQL CPU ms per 1,000 |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let pid = d.child.id();
     let mut rates: [Vec<f64>; 3] = Default::default();
+    let mut cpu: [Vec<f64>; 3] = Default::default();
     for round in 0..3 * o.rounds.max(1) {
         let (label, name) = match round % 3 {
             0 => ("none", None),
@@ -222,27 +231,34 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
             Some(name) => Some(api.add_endpoint(&hook(name)).await?),
             None => None,
         };
+        let before = costs::sample(&api.http, &d.url, pid).await?;
         let report = load::run(&d.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
+        if name == Some("dispatch") {
+            // The CPU of the deliveries too: what a dispatch costs in all.
+            receiver.wait_for("dispatch", report.ok, Duration::from_secs(120)).await;
+        }
+        let cost = before.until(&costs::sample(&api.http, &d.url, pid).await?, report.ok);
         rates[round % 3].push(report.per_second());
+        cpu[round % 3].push(cost.daemon_cpu_ms_per_unit * 1000.0);
         println!(
-            "| {label} | {:.0} | {:.2} | {:.2} | {} |",
+            "| {label} | {:.0} | {:.2} | {:.2} | {} | {:.0} | {:.0} |",
             report.per_second(),
             report.percentile(50.0).as_secs_f64() * 1000.0,
             report.percentile(99.0).as_secs_f64() * 1000.0,
-            report.errors
+            report.errors,
+            cost.daemon_cpu_ms_per_unit * 1000.0,
+            cost.postgres_cpu_ms_per_unit * 1000.0
         );
         if let (Some(id), Some(name)) = (endpoint, name) {
-            if name == "dispatch" {
-                receiver.wait_for(name, report.ok, Duration::from_secs(120)).await;
-            }
             api.remove_endpoint(&id).await?;
             receiver.take(name);
         }
     }
-    let medians = rates.map(|mut r| {
+    let median = |mut r: Vec<f64>| {
         r.sort_by(f64::total_cmp);
         r[r.len() / 2]
-    });
+    };
+    let medians = rates.map(median);
     let against = |m: f64| (m / medians[0] - 1.0) * 100.0;
     println!(
         "\n{engine}: medians of {} rounds: none {:.0}/s; one delivering {:.0}/s ({:+.0} %); one down {:.0}/s ({:+.0} %)",
@@ -252,6 +268,15 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
         against(medians[1]),
         medians[2],
         against(medians[2])
+    );
+    let cpu = cpu.map(median);
+    println!(
+        "{engine}: the daemon's CPU per 1,000 dispatches (medians): none {:.0} ms; one delivering {:.0} ms ({:+.0} %, its deliveries included); one down {:.0} ms ({:+.0} %)",
+        cpu[0],
+        cpu[1],
+        (cpu[1] / cpu[0].max(1.0) - 1.0) * 100.0,
+        cpu[2],
+        (cpu[2] / cpu[0].max(1.0) - 1.0) * 100.0
     );
     if o.dispatch_only {
         let mut child = d.child;
@@ -301,7 +326,27 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
         lag(&alone, 100.0)
     );
 
-    // 4. The same beside a dead endpoint with a backlog.
+    // 4. The same beside a dead endpoint with a backlog, against the same after a fill of as
+    //    many events with no endpoint subscribed: the fill itself grows the database, which
+    //    slows every write a little, and that is not the dead endpoint's doing.
+    api.remove_endpoint(&healthy).await?;
+    let filled = Instant::now();
+    let fill = load::run(&d.url, Some(&api.key), o.backlog, 64, in_app(), nothing.clone()).await;
+    println!(
+        "\n{engine}: {} events with no endpoint subscribed in {:.1} s (the control: the same growth, no backlog)",
+        fill.ok,
+        filled.elapsed().as_secs_f64()
+    );
+    let healthy = api.add_endpoint(&hook("healthy")).await?;
+    let (control, got, sent) = paced_lags(&api, &receiver, "healthy", &o).await?;
+    println!(
+        "{engine}: then {} events/s for {} s to one endpoint: {got} of {sent} delivered; p50 {} ms, p99 {} ms, max {} ms",
+        o.rate,
+        o.seconds,
+        lag(&control, 50.0),
+        lag(&control, 99.0),
+        lag(&control, 100.0)
+    );
     api.remove_endpoint(&healthy).await?;
     let dead = api.add_endpoint(&hook("dead")).await?;
     let filled = Instant::now();
@@ -313,14 +358,16 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     );
     let _healthy = api.add_endpoint(&hook("healthy")).await?;
     let (beside, got, sent) = paced_lags(&api, &receiver, "healthy", &o).await?;
-    let (p99_alone, p99_beside) = (lag(&alone, 99.0), lag(&beside, 99.0));
+    let p99_beside = lag(&beside, 99.0);
+    let against = |p99: i64| (p99_beside as f64 / p99.max(1) as f64 - 1.0) * 100.0;
     println!(
-        "{engine}: beside it, {} events/s for {} s: {got} of {sent} delivered; p50 {} ms, p99 {} ms ({:+.0} % against alone), max {} ms",
+        "{engine}: beside it, {} events/s for {} s: {got} of {sent} delivered; p50 {} ms, p99 {} ms ({:+.0} % against the control, {:+.0} % against step 3), max {} ms",
         o.rate,
         o.seconds,
         lag(&beside, 50.0),
         p99_beside,
-        (p99_beside as f64 / p99_alone.max(1) as f64 - 1.0) * 100.0,
+        against(lag(&control, 99.0)),
+        against(lag(&alone, 99.0)),
         lag(&beside, 100.0)
     );
     let _ = dead;
