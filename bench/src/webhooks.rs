@@ -317,70 +317,49 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
         api.remove_endpoint(&id).await?;
     }
 
-    // 3. Latency at a steady rate, one endpoint.
+    // 3. Latency at a steady rate, one endpoint (each delivery's arrival against its event's
+    //    timestamp: event → first attempt).
+    let (api, receiver, o) = (&api, &receiver, &o);
+    let fill = |what: &'static str| {
+        let (url, key, nothing) = (d.url.clone(), api.key.clone(), nothing.clone());
+        async move {
+            let filled = Instant::now();
+            let fill = load::run(&url, Some(&key), o.backlog, 64, in_app(), nothing).await;
+            println!("\n{engine}: {} events {what} in {:.1} s", fill.ok, filled.elapsed().as_secs_f64());
+        }
+    };
+    let paced = |what: &'static str| async move {
+        let (lags, got, sent) = paced_lags(api, receiver, "healthy", o).await?;
+        println!(
+            "{engine}: {what}, {} events/s for {} s: {got} of {sent} delivered; p50 {} ms, p99 {} ms, max {} ms",
+            o.rate,
+            o.seconds,
+            lag(&lags, 50.0),
+            lag(&lags, 99.0),
+            lag(&lags, 100.0)
+        );
+        anyhow::Ok(lags)
+    };
     let healthy = api.add_endpoint(&hook("healthy")).await?;
-    let (alone, got, sent) = paced_lags(&api, &receiver, "healthy", &o).await?;
-    println!(
-        "\n{engine}: {} events/s for {} s to one endpoint: {got} of {sent} delivered; event → first attempt p50 {} ms, p99 {} ms, max {} ms",
-        o.rate,
-        o.seconds,
-        lag(&alone, 50.0),
-        lag(&alone, 99.0),
-        lag(&alone, 100.0)
-    );
+    println!();
+    let alone = paced("event → first attempt, one endpoint").await?;
 
     // 4. The same beside a dead endpoint with a backlog, against controls before and after on
     //    databases as large (see the module's comment).
     api.remove_endpoint(&healthy).await?;
-    let filled = Instant::now();
-    let fill = load::run(&d.url, Some(&api.key), o.backlog, 64, in_app(), nothing.clone()).await;
-    println!(
-        "\n{engine}: {} events with no endpoint subscribed in {:.1} s (the control before: the same growth, no backlog)",
-        fill.ok,
-        filled.elapsed().as_secs_f64()
-    );
+    fill("with no endpoint subscribed (the control before: the same growth, no backlog)").await;
     let healthy = api.add_endpoint(&hook("healthy")).await?;
-    let (control, got, sent) = paced_lags(&api, &receiver, "healthy", &o).await?;
-    println!(
-        "{engine}: then {} events/s for {} s to one endpoint: {got} of {sent} delivered; p50 {} ms, p99 {} ms, max {} ms",
-        o.rate,
-        o.seconds,
-        lag(&control, 50.0),
-        lag(&control, 99.0),
-        lag(&control, 100.0)
-    );
+    let control = paced("then to one endpoint").await?;
     api.remove_endpoint(&healthy).await?;
     let dead = api.add_endpoint(&hook("dead")).await?;
-    let filled = Instant::now();
-    let backlog = load::run(&d.url, Some(&api.key), o.backlog, 64, in_app(), nothing.clone()).await;
-    println!(
-        "\n{engine}: a backlog of {} events for a dead endpoint (503 at once) in {:.1} s",
-        backlog.ok,
-        filled.elapsed().as_secs_f64()
-    );
+    fill("for a dead endpoint (503 at once): its backlog").await;
     let healthy = api.add_endpoint(&hook("healthy")).await?;
-    let (beside, got, sent) = paced_lags(&api, &receiver, "healthy", &o).await?;
-    println!(
-        "{engine}: beside it, {} events/s for {} s: {got} of {sent} delivered; p50 {} ms, p99 {} ms, max {} ms",
-        o.rate,
-        o.seconds,
-        lag(&beside, 50.0),
-        lag(&beside, 99.0),
-        lag(&beside, 100.0)
-    );
+    let beside = paced("beside it").await?;
     // The second control, on the database the backlog grew: the dead endpoint removed (its
     // messages with it), and a moment for the WAL that deletion wrote to be checkpointed.
     api.remove_endpoint(&dead).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (after, got, sent) = paced_lags(&api, &receiver, "healthy", &o).await?;
-    println!(
-        "{engine}: the dead endpoint removed, {} events/s for {} s: {got} of {sent} delivered; p50 {} ms, p99 {} ms, max {} ms",
-        o.rate,
-        o.seconds,
-        lag(&after, 50.0),
-        lag(&after, 99.0),
-        lag(&after, 100.0)
-    );
+    let after = paced("the dead endpoint removed").await?;
     api.remove_endpoint(&healthy).await?;
     let (p99_before, p99_after) = (lag(&control, 99.0), lag(&after, 99.0));
     let mut controls = [control, after].concat();
