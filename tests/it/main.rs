@@ -28,6 +28,7 @@ mod tui;
 mod unavailable;
 mod unsubscribe;
 mod webhook_events;
+mod webhook_lanes;
 mod webhook_ops;
 mod webhook_store;
 mod webhooks;
