@@ -9,21 +9,16 @@ use herald_common::api::{
     notifications::{Channel, NotificationIn},
     webhooks::{EventType, WebhookEndpointIn},
 };
-use herald_tests::{
-    Backend, TestDaemon, both_backends, eventually,
-    peers::{CutProxy, WebhookReceiver},
-};
+use herald_tests::{Backend, both_backends, eventually, peers::CutProxy};
 
-use crate::webhooks::{WAIT, endpoint, env, suppress};
+use crate::webhooks::{WAIT, endpoint, start_with, suppress};
 
 async fn a_slow_endpoint_does_not_delay_another(backend: Backend) {
-    let mut extra = env();
-    extra.push(("HERALD_WEBHOOK_TIMEOUT", "3s".to_owned()));
-    extra.push(("HERALD_WEBHOOK_ENDPOINT_CONCURRENCY", "4".to_owned()));
-    let d = TestDaemon::start_with(backend, extra).await;
-    let boot = d.bootstrap().await;
-    let key = d.with_token(&boot.api_key);
-    let receiver = WebhookReceiver::start().await;
+    let extra = vec![
+        ("HERALD_WEBHOOK_TIMEOUT", "3s".to_owned()),
+        ("HERALD_WEBHOOK_ENDPOINT_CONCURRENCY", "4".to_owned()),
+    ];
+    let (_d, _boot, key, receiver) = start_with(backend, extra).await;
     endpoint(&key, &receiver, "slow", None).await;
     endpoint(&key, &receiver, "fast", None).await;
     receiver.set_answers("slow", &["slow:2500"]);
@@ -45,12 +40,8 @@ both_backends!(
 /// time, a second apart, and its other messages wait with their attempts unspent; the first
 /// success opens it again and every event arrives.
 async fn a_failing_endpoint_is_probed_not_flooded(backend: Backend) {
-    let mut extra = env();
-    extra.push(("HERALD_WEBHOOK_ENDPOINT_CONCURRENCY", "4".to_owned()));
-    let d = TestDaemon::start_with(backend, extra).await;
-    let boot = d.bootstrap().await;
-    let key = d.with_token(&boot.api_key);
-    let receiver = WebhookReceiver::start().await;
+    let extra = vec![("HERALD_WEBHOOK_ENDPOINT_CONCURRENCY", "4".to_owned())];
+    let (_d, _boot, key, receiver) = start_with(backend, extra).await;
     endpoint(&key, &receiver, "dead", None).await;
     receiver.set_answers("dead", &["500"]);
     for i in 0..40 {
@@ -91,12 +82,8 @@ async fn endpoints_of_one_host_reuse_their_connections(backend: Backend) {
     const ENDPOINTS: usize = 4;
     const CONCURRENCY: usize = 4;
     const EVENTS: usize = 200;
-    let mut extra = env();
-    extra.push(("HERALD_WEBHOOK_ENDPOINT_CONCURRENCY", CONCURRENCY.to_string()));
-    let d = TestDaemon::start_with(backend, extra).await;
-    let boot = d.bootstrap().await;
-    let key = d.with_token(&boot.api_key);
-    let receiver = WebhookReceiver::start().await;
+    let extra = vec![("HERALD_WEBHOOK_ENDPOINT_CONCURRENCY", CONCURRENCY.to_string())];
+    let (_d, _boot, key, receiver) = start_with(backend, extra).await;
     let proxy = CutProxy::start(([127, 0, 0, 1], receiver.port).into()).await;
     let labels: Vec<String> = (0..ENDPOINTS).map(|i| format!("pooled{i}")).collect();
     for label in &labels {

@@ -45,7 +45,16 @@ pub(crate) fn env() -> Vec<(&'static str, String)> {
 }
 
 async fn start(backend: Backend) -> (TestDaemon, Bootstrapped, Client, WebhookReceiver) {
-    let d = TestDaemon::start_with(backend, env()).await;
+    start_with(backend, Vec::new()).await
+}
+
+/// A daemon with [`env`] and then `extra` (a later value of a variable wins), bootstrapped, its
+/// API key's client, and a receiver.
+pub(crate) async fn start_with(
+    backend: Backend,
+    extra: Vec<(&'static str, String)>,
+) -> (TestDaemon, Bootstrapped, Client, WebhookReceiver) {
+    let d = TestDaemon::start_with(backend, [env(), extra].concat()).await;
     let boot = d.bootstrap().await;
     let key = d.with_token(&boot.api_key);
     (d, boot, key, WebhookReceiver::start().await)
@@ -316,12 +325,7 @@ both_backends!(rotation_signs_with_both_secrets_on_each_backend, rotation_signs_
 
 async fn events_follow_notifications_otps_and_suppressions(backend: Backend) {
     let sink = SmtpSink::start().await;
-    let mut extra = env();
-    extra.push(("HERALD_SMTP_URL", sink.url()));
-    let d = TestDaemon::start_with(backend, extra).await;
-    let boot = d.bootstrap().await;
-    let key = d.with_token(&boot.api_key);
-    let receiver = WebhookReceiver::start().await;
+    let (d, boot, key, receiver) = start_with(backend, vec![("HERALD_SMTP_URL", sink.url())]).await;
     let all = endpoint(&key, &receiver, "all", None).await;
     let only_otp = endpoint(&key, &receiver, "otp", Some(vec![EventType::OtpVerified])).await;
     // Another tenant's endpoint hears nothing of this one.
@@ -514,12 +518,8 @@ async fn private_networks_are_refused(backend: Backend) {
 both_backends!(private_networks_are_refused_on_each_backend, private_networks_are_refused);
 
 async fn five_days_of_failure_disable_an_endpoint(backend: Backend) {
-    let mut extra = env();
-    extra.push(("HERALD_WEBHOOK_RETRY_SCHEDULE", "100ms,100ms,100ms,100ms,100ms,100ms".to_owned()));
-    let d = TestDaemon::start_with(backend, extra).await;
-    let boot = d.bootstrap().await;
-    let key = d.with_token(&boot.api_key);
-    let receiver = WebhookReceiver::start().await;
+    let schedule = ("HERALD_WEBHOOK_RETRY_SCHEDULE", "100ms,100ms,100ms,100ms,100ms,100ms".to_owned());
+    let (d, _boot, key, receiver) = start_with(backend, vec![schedule]).await;
     let id = endpoint(&key, &receiver, "dead", None).await.endpoint.endpoint_id;
     receiver.set_answers("dead", &["500"]);
     key.test_webhook(&id).await.unwrap();
