@@ -17,7 +17,7 @@ use herald_common::{
         suppressions::SuppressionReason,
         webhooks::{
             EndpointStatus, EventType, MessageStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint,
-            WebhookEndpointCreated, WebhookEndpointIn, WebhookEndpointPatch, WebhookEvent,
+            WebhookEndpointCreated, WebhookEndpointIn, WebhookEndpointPatch,
         },
     },
     ids::{ApplicationId, DomainId, MessageId, SuppressionId, TenantId, TransactionId, WebhookEndpointId},
@@ -71,14 +71,14 @@ pub fn secret_text(key: &[u8]) -> String {
 }
 
 /// One Standard Webhooks signature: `v1,` + base64 of HMAC-SHA256 over `id.timestamp.body`.
-pub fn signature(key: &[u8], message_id: &str, timestamp: i64, body: &str) -> String {
+pub fn signature(key: &[u8], message_id: &str, timestamp: i64, body: &[u8]) -> String {
     #[allow(clippy::expect_used)] // HMAC accepts keys of every length: this cannot fail.
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes keys of any length");
     mac.update(message_id.as_bytes());
     mac.update(b".");
     mac.update(timestamp.to_string().as_bytes());
     mac.update(b".");
-    mac.update(body.as_bytes());
+    mac.update(body);
     format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
 }
 
@@ -90,7 +90,7 @@ pub fn signature_header(
     now: i64,
     message_id: &str,
     timestamp: i64,
-    body: &str,
+    body: &[u8],
 ) -> String {
     let sign =
         |generation| signature(&endpoint_key(secret, &endpoint.id, generation), message_id, timestamp, body);
@@ -336,31 +336,50 @@ pub struct RenderError(String);
 
 /// The body of an event, from the snapshot its trigger took: `{type, timestamp, data}`, where
 /// `data` is what the API shows of the subject at that moment (the masked activity item, the
-/// domain, the suppression).
+/// domain, the suppression). Serialized straight from the view, with its fields in the API's
+/// order: through a `serde_json::Value` each body cost a map per object and a sort of its keys
+/// (a sixth of a send's CPU).
 pub fn render_body(
     spf_include: &str,
     event_type: EventType,
     snapshot: &str,
     occurred_at: i64,
 ) -> Result<String, RenderError> {
+    /// [`herald_common::api::webhooks::WebhookEvent`] with its `data` typed.
+    #[derive(serde::Serialize)]
+    struct Body<T> {
+        #[serde(rename = "type")]
+        event_type: EventType,
+        timestamp: Timestamp,
+        data: T,
+    }
+    fn body<T: serde::Serialize>(
+        event_type: EventType,
+        occurred_at: i64,
+        data: T,
+    ) -> serde_json::Result<String> {
+        serde_json::to_string(&Body { event_type, timestamp: Timestamp::from_millis(occurred_at), data })
+    }
     let fail = |e: serde_json::Error| RenderError(e.to_string());
-    let data = match event_type {
+    match event_type {
         EventType::DomainVerified | EventType::DomainFailed => {
             let domain: DomainSnapshot = serde_json::from_str(snapshot).map_err(fail)?;
-            serde_json::to_value(super::domains::out(&domain.into_record(), spf_include)).map_err(fail)?
+            body(event_type, occurred_at, super::domains::out(&domain.into_record(), spf_include))
         }
         EventType::SuppressionCreated | EventType::SuppressionDeleted => {
             let entry: SuppressionSnapshot = serde_json::from_str(snapshot).map_err(fail)?;
-            serde_json::to_value(super::suppressions::view(entry.into_record())).map_err(fail)?
+            body(event_type, occurred_at, super::suppressions::view(entry.into_record()))
         }
-        EventType::WebhookTest => serde_json::from_str(snapshot).map_err(fail)?,
+        EventType::WebhookTest => {
+            let data: serde_json::Value = serde_json::from_str(snapshot).map_err(fail)?;
+            body(event_type, occurred_at, data)
+        }
         _ => {
             let item: ItemSnapshot = serde_json::from_str(snapshot).map_err(fail)?;
-            serde_json::to_value(crate::views::activity_item(item.into_row())).map_err(fail)?
+            body(event_type, occurred_at, crate::views::activity_item(item.into_row()))
         }
-    };
-    let event = WebhookEvent { event_type, timestamp: Timestamp::from_millis(occurred_at), data };
-    serde_json::to_string(&event).map_err(fail)
+    }
+    .map_err(fail)
 }
 
 /// SQLite's JSON has no booleans: its integers 0 and 1 are read as them.
@@ -482,12 +501,13 @@ impl SuppressionSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use herald_common::api::webhooks::WebhookEvent;
 
     #[test]
     fn signatures_follow_the_standard() {
         // The example of the Standard Webhooks specification's reference libraries.
         let key = STANDARD.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
-        let sig = signature(&key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, r#"{"test": 2432232314}"#);
+        let sig = signature(&key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, br#"{"test": 2432232314}"#);
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
         assert_eq!(secret_text(&key), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
     }
