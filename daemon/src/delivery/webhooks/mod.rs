@@ -399,19 +399,35 @@ struct Sender {
 /// The dispatcher's metrics, looked up once (a lookup by name and labels at each send was a
 /// few per cent of its CPU).
 struct Meters {
-    /// By outcome: succeeded, retrying, failed, gone.
-    attempts: [metrics::Counter; 4],
+    succeeded: metrics::Counter,
+    retrying: metrics::Counter,
+    failed: metrics::Counter,
+    gone: metrics::Counter,
     attempt_seconds: metrics::Histogram,
     first_attempt_delay: metrics::Histogram,
 }
 
 impl Meters {
     fn new() -> Self {
+        let attempts =
+            |outcome: &'static str| metrics::counter!("herald_webhook_attempts_total", "outcome" => outcome);
         Self {
-            attempts: ["succeeded", "retrying", "failed", "gone"]
-                .map(|outcome| metrics::counter!("herald_webhook_attempts_total", "outcome" => outcome)),
+            succeeded: attempts("succeeded"),
+            retrying: attempts("retrying"),
+            failed: attempts("failed"),
+            gone: attempts("gone"),
             attempt_seconds: metrics::histogram!("herald_webhook_attempt_seconds"),
             first_attempt_delay: metrics::histogram!("herald_webhook_first_attempt_delay_seconds"),
+        }
+    }
+
+    /// The attempts counter of what an attempt decided.
+    fn attempts(&self, verdict: &Verdict) -> &metrics::Counter {
+        match verdict {
+            Verdict::Succeeded => &self.succeeded,
+            Verdict::RetryAt(_) => &self.retrying,
+            Verdict::GiveUp => &self.failed,
+            Verdict::Disable(_) => &self.gone,
         }
     }
 }
@@ -428,13 +444,10 @@ impl Target {
     fn new(endpoint: DueEndpoint, rule: &network::NetworkRule) -> Self {
         let url = match reqwest::Url::parse(&endpoint.url) {
             Err(_) => Err("the endpoint's URL cannot be parsed".to_owned()),
-            Ok(url) => {
-                let host = url.host_str().unwrap_or_default();
-                match host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
-                    Ok(ip) if !rule.permits(ip) => Err(format!("refused: {ip} is a private address")),
-                    _ => Ok(url),
-                }
-            }
+            Ok(url) => match network::NetworkRule::literal(url.host_str().unwrap_or_default()) {
+                Some(ip) if !rule.permits(ip) => Err(format!("refused: {ip} is a private address")),
+                _ => Ok(url),
+            },
         };
         Self { endpoint, url }
     }
@@ -513,14 +526,8 @@ impl Send {
                 None => Verdict::GiveUp,
             }
         };
-        let outcome = match &verdict {
-            Verdict::Succeeded => 0,
-            Verdict::RetryAt(_) => 1,
-            Verdict::GiveUp => 2,
-            Verdict::Disable(_) => 3,
-        };
         let meters = &sender.meters;
-        meters.attempts[outcome].increment(1);
+        meters.attempts(&verdict).increment(1);
         meters.attempt_seconds.record(started.elapsed().as_secs_f64());
         if message.attempts == 0 {
             let latency = (now - message.occurred_at).max(0) as f64 / 1000.0;

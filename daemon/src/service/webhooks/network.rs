@@ -32,12 +32,17 @@ impl NetworkRule {
         !is_private(ip) || self.allowed.iter().any(|net| net.contains(&ip))
     }
 
+    /// The address `host` names if it is an IP literal (`[…]` for IPv6, as in a URL), which no
+    /// resolver sees.
+    pub fn literal(host: &str) -> Option<IpAddr> {
+        host.trim_start_matches('[').trim_end_matches(']').parse().ok()
+    }
+
     /// Every address of `host` (a name or a literal), or why it may not be called.
     pub async fn check_host(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
-        let literal = host.trim_start_matches('[').trim_end_matches(']');
-        let addresses: Vec<SocketAddr> = match literal.parse::<IpAddr>() {
-            Ok(ip) => vec![SocketAddr::new(ip, port)],
-            Err(_) => {
+        let addresses: Vec<SocketAddr> = match Self::literal(host) {
+            Some(ip) => vec![SocketAddr::new(ip, port)],
+            None => {
                 match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await {
                     Ok(Ok(found)) => found.collect(),
                     Ok(Err(_)) => return Err(format!("`{host}` does not resolve")),
