@@ -267,9 +267,24 @@ async fn a_large_group_settles_every_message(backend: Backend) {
 }
 both_backends!(a_large_group_settles_every_message_on_each_backend, a_large_group_settles_every_message);
 
+/// A manual suppression of `user{i}@example.com`, created at `10 + i`.
+fn suppression(tenant: &TenantId, i: i64) -> NewSuppression {
+    NewSuppression {
+        tenant_id: tenant.clone(),
+        channel: Channel::Email,
+        recipient_key: format!("user{i}@example.com"),
+        recipient_masked: "u***@example.com".into(),
+        category: None,
+        reason: SuppressionReason::Manual,
+        transaction_id: None,
+        created_at: 10 + i,
+    }
+}
+
 /// Events reach each enabled endpoint that wants them once, in the order of the events, and a test
-/// event keeps the one message it was written with. SQLite fans out after the change, in groups
-/// (a cursor); PostgreSQL in the change's statement.
+/// event keeps the one message it was written with. Both commit with the change: SQLite fans out
+/// the transaction's events by one statement just before its commit (a cursor), PostgreSQL in
+/// the change's statement; the fan-out task finds nothing left.
 async fn events_are_fanned_out_once_in_order(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (store, tenant, url) = open(backend, dir.path()).await;
@@ -284,32 +299,15 @@ async fn events_are_fanned_out_once_in_order(backend: Backend) {
     store.add_webhook_test_event(tenant.clone(), every.clone(), 1).await.unwrap().unwrap();
     let mut suppressions = Vec::new();
     for i in 0..300 {
-        let (added, _) = store
-            .add_suppression(NewSuppression {
-                tenant_id: tenant.clone(),
-                channel: Channel::Email,
-                recipient_key: format!("user{i}@example.com"),
-                recipient_masked: "u***@example.com".into(),
-                category: None,
-                reason: SuppressionReason::Manual,
-                transaction_id: None,
-                created_at: 10 + i,
-            })
-            .await
-            .unwrap();
+        let (added, _) = store.add_suppression(suppression(&tenant, i)).await.unwrap();
         suppressions.push(added.id);
     }
     for id in &suppressions[..20] {
         store.delete_suppression(&tenant, id).await.unwrap().unwrap();
     }
     assert_eq!(count("SELECT COUNT(*) FROM webhook_events").await, 321);
-    if backend == Backend::Sqlite {
-        assert_eq!(count("SELECT COUNT(*) FROM webhook_messages").await, 1, "only the test event's, so far");
-        // A full group, then the rest with the test event (passed by), then nothing.
-        assert_eq!(store.fan_out_webhook_events(256).await.unwrap(), 256);
-        assert_eq!(store.fan_out_webhook_events(256).await.unwrap(), 65);
-    }
-    assert_eq!(store.fan_out_webhook_events(256).await.unwrap(), 0);
+    assert_eq!(count("SELECT COUNT(*) FROM webhook_messages").await, 321 + 20, "made with their events");
+    assert_eq!(store.fan_out_webhook_events(256).await.unwrap(), 0, "nothing left to fan out");
 
     let per_endpoint = |id: &WebhookEndpointId| {
         let url = url.clone();
@@ -347,3 +345,38 @@ async fn events_are_fanned_out_once_in_order(backend: Backend) {
     store.close().await;
 }
 both_backends!(events_are_fanned_out_once_in_order_on_each_backend, events_are_fanned_out_once_in_order);
+
+/// SQLite: when the fan-out in the change's transaction fails, the change commits with its events
+/// all the same, and the fan-out task makes their messages afterwards, once each.
+#[tokio::test]
+async fn a_failed_fan_out_leaves_its_events_to_the_fan_out_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::Sqlite;
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    let endpoint = add_endpoint(&store, &tenant, None).await;
+    store.add_webhook_test_event(tenant.clone(), endpoint.clone(), 1).await.unwrap().unwrap();
+    // Refuses every message but the test event's (already written).
+    backend
+        .execute(
+            &url,
+            &["CREATE TRIGGER refuse_messages BEFORE INSERT ON webhook_messages
+               BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+                .to_owned()],
+        )
+        .await;
+    for i in 0..5 {
+        store
+            .add_suppression(suppression(&tenant, i))
+            .await
+            .expect("the change commits though its fan-out failed");
+    }
+    assert_eq!(backend.count(&url, "SELECT COUNT(*) FROM suppressions").await, 5);
+    assert_eq!(backend.count(&url, "SELECT COUNT(*) FROM webhook_events").await, 6);
+    assert_eq!(backend.count(&url, "SELECT COUNT(*) FROM webhook_messages").await, 1);
+    backend.execute(&url, &["DROP TRIGGER refuse_messages".to_owned()]).await;
+    // The test event's own transaction moved the cursor past it.
+    assert_eq!(store.fan_out_webhook_events(256).await.unwrap(), 5);
+    assert_eq!(store.fan_out_webhook_events(256).await.unwrap(), 0);
+    assert_eq!(backend.count(&url, "SELECT COUNT(*) FROM webhook_messages").await, 6);
+    store.close().await;
+}

@@ -422,8 +422,10 @@ impl Store {
         sqlx::Connection::close(migrating).await?;
         let write_conn = local::open(path, synchronous_full)?;
         // The outbox's triggers insert webhook events inside the writer's transactions, and the
-        // fan-out their messages: the update hook notes each, and the fan-out or the dispatcher is
-        // woken once the batch has committed, when its reads can see them.
+        // fan-out their messages: the update hook notes each. A transaction that wrote events
+        // fans them out just before its commit; the dispatcher (and, for events that fan-out
+        // could not take, the fan-out task) is woken once the batch has committed, when its
+        // reads can see them.
         let webhook_wake = Arc::new(tokio::sync::Notify::new());
         let webhook_event_wake = Arc::new(tokio::sync::Notify::new());
         let inserted = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
@@ -437,6 +439,12 @@ impl Store {
                 }
             }
         }))?;
+        let events = inserted.clone();
+        let before_commit = Box::new(move |conn: &rusqlite::Connection| {
+            if events[0].load(Ordering::Relaxed) && webhooks::fan_out::fan_out_before_commit(conn) {
+                events[0].store(false, Ordering::Relaxed);
+            }
+        });
         let wakes = [webhook_event_wake.clone(), webhook_wake.clone()];
         let after_batch = Box::new(move || {
             for (inserted, wake) in inserted.iter().zip(&wakes) {
@@ -450,8 +458,12 @@ impl Store {
             .min_connections(1)
             .connect_with(options.clone().read_only(true))
             .await?;
-        let writer =
-            writer::runtime::spawn_sqlite(write_conn, local::open(path, synchronous_full)?, after_batch)?;
+        let writer = writer::runtime::spawn_sqlite(
+            write_conn,
+            local::open(path, synchronous_full)?,
+            before_commit,
+            after_batch,
+        )?;
         Ok(Store {
             readers: Readers::Sqlite(pool),
             writer,

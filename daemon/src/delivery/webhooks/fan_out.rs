@@ -1,6 +1,8 @@
-//! SQLite's fan-out: makes the messages of the events the outbox's triggers wrote, a group at a
-//! time (see the store's `fan_out`). It runs beside the dispatcher, which its messages wake.
-//! (PostgreSQL fans out in the change's statement; this task does not run there.)
+//! SQLite's fan-out task: makes the messages of events that were not fanned out in their own
+//! transaction (the writer does that just before each commit; see the store's `fan_out`): when
+//! that statement failed, and at start, for what a stopped daemon left. It is woken only then,
+//! and looks every [`POLL`] besides. (PostgreSQL fans out in the change's statement; this task
+//! does not run there.)
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ use herald_common::{
 
 mod deliveries;
 mod dispatch;
-mod fan_out;
+pub(crate) mod fan_out;
 
 pub use deliveries::{AttemptRow, MessageRecord};
 pub use dispatch::{ClaimedMessage, DueEndpoint, Verdict, WebhookAttemptRecord};

@@ -484,13 +484,21 @@ fn count_grouped(unit: &dyn Unit) {
     }
 }
 
+/// What the SQLite writer runs in each of its transactions just before `COMMIT`, on its own
+/// connection (the store's: SQLite's webhook fan-out). It answers for its own failures: it must
+/// leave the transaction as its units left it.
+pub(crate) type BeforeCommit = dyn Fn(&rusqlite::Connection) + Send + Sync;
+
 /// Runs one batch on `conn`: usually in one transaction, see [`run_transaction`]. When a unit
 /// conflicts with another writer's transaction (PostgreSQL broke a deadlock between them), the
 /// units before it commit, which releases their locks, and the rest runs in a new transaction.
+/// `before_commit` runs in each transaction that commits (on SQLite's own connection only); a
+/// batch that is one statement outside a transaction does without it.
 pub(crate) async fn run_batch<L: Lanes>(
     conn: &mut Conn<'_>,
     begin: &'static str,
     batch: Vec<Box<dyn Pending<L>>>,
+    before_commit: Option<&BeforeCommit>,
 ) {
     BATCHES.fetch_add(1, Ordering::Relaxed);
     OPERATIONS.fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -520,7 +528,7 @@ pub(crate) async fn run_batch<L: Lanes>(
         if let Err(e) = super::execute!(conn, begin) {
             return fail_all(units, &e.to_string());
         }
-        run_transaction(conn, begin, &mut units, &mut conflicts).await;
+        run_transaction(conn, begin, &mut units, &mut conflicts, before_commit).await;
     }
 }
 
@@ -537,6 +545,7 @@ async fn run_transaction(
     begin: &'static str,
     units: &mut VecDeque<Box<dyn Unit>>,
     conflicts: &mut usize,
+    before_commit: Option<&BeforeCommit>,
 ) {
     // Units that ran, each with its own failure if it had one, answered after the commit.
     let mut ran: Vec<(Box<dyn Unit>, Option<StoreError>)> = Vec::with_capacity(units.len());
@@ -611,6 +620,11 @@ async fn run_transaction(
         if again && !first {
             break;
         }
+    }
+    if broken.is_none()
+        && let (Some(before_commit), Conn::Local(c)) = (before_commit, &mut *conn)
+    {
+        before_commit(c);
     }
     let commit = match &broken {
         None => super::execute!(conn, "COMMIT").map_err(|e| e.to_string()),

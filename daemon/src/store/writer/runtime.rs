@@ -21,7 +21,7 @@ use std::{
 
 use futures_util::FutureExt;
 
-use super::{Lanes, Queue, Running, WriterHandle, next_batch, run_batch};
+use super::{BeforeCommit, Lanes, Queue, Running, WriterHandle, next_batch, run_batch};
 use crate::store::{Conn, StoreError, StoreResult};
 
 /// Panics within [`CRASH_WINDOW`] after which a writer is given up on (as the supervisor does
@@ -87,11 +87,13 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
 /// into the database file and its fsync never sit inside a commit that callers wait on. The
 /// writer keeps SQLite's automatic checkpoint only as a backstop (at 64 MiB of WAL).
 ///
+/// `before_commit` runs in each transaction just before it commits (see [`run_batch`]);
 /// `after_batch` runs on the writer's thread once each batch has committed (or failed): what a
 /// commit must wake (the webhook dispatcher) is woken only when the readers can see it.
 pub(crate) fn spawn_sqlite<L: Lanes>(
     mut connection: rusqlite::Connection,
     checkpointer: rusqlite::Connection,
+    before_commit: Box<BeforeCommit>,
     after_batch: Box<dyn Fn() + Send>,
 ) -> StoreResult<WriterHandle<L>> {
     connection.pragma_update(None, "wal_autocheckpoint", 16_384)?;
@@ -124,7 +126,12 @@ pub(crate) fn spawn_sqlite<L: Lanes>(
             let panics = Panics::default();
             while let Some(batch) = block_on(next_batch(&queue)) {
                 let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    block_on(run_batch::<L>(&mut Conn::Local(&mut connection), "BEGIN IMMEDIATE", batch))
+                    block_on(run_batch::<L>(
+                        &mut Conn::Local(&mut connection),
+                        "BEGIN IMMEDIATE",
+                        batch,
+                        Some(&*before_commit),
+                    ))
                 }));
                 after_batch();
                 let Err(panic) = ran else { continue };
@@ -168,7 +175,7 @@ async fn run_postgres<L: Lanes>(pool: sqlx::PgPool, queue: Queue<L>, running: Ru
                 continue;
             }
         };
-        let ran = AssertUnwindSafe(run_batch::<L>(&mut Conn::Postgres(&mut conn), "BEGIN", batch))
+        let ran = AssertUnwindSafe(run_batch::<L>(&mut Conn::Postgres(&mut conn), "BEGIN", batch, None))
             .catch_unwind()
             .await;
         let Err(panic) = ran else { continue };

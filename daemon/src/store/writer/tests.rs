@@ -60,7 +60,7 @@ fn run_all(
     jobs: Vec<(Box<dyn Pending<TestLanes>>, Answer<i64>)>,
 ) -> Vec<Option<i64>> {
     let (jobs, answers): (Vec<_>, Vec<_>) = jobs.into_iter().unzip();
-    block_on(run_batch(&mut Conn::Local(conn), "BEGIN IMMEDIATE", jobs));
+    block_on(run_batch(&mut Conn::Local(conn), "BEGIN IMMEDIATE", jobs, None));
     answers.into_iter().map(|a| block_on(a).ok().and_then(Result::ok)).collect()
 }
 
@@ -98,7 +98,7 @@ fn an_operation_whose_caller_has_gone_is_not_run() {
     let (second, kept) = closure(2, false);
     let (third, gone_third) = typed(3);
     drop((gone_first, gone_third));
-    block_on(run_batch(&mut Conn::Local(&mut conn), "BEGIN IMMEDIATE", vec![first, second, third]));
+    block_on(run_batch(&mut Conn::Local(&mut conn), "BEGIN IMMEDIATE", vec![first, second, third], None));
     assert!(block_on(kept).unwrap().is_ok());
     assert_eq!(stored(&conn), [2], "only the operation someone waits for ran");
 }
@@ -123,7 +123,13 @@ fn file_writer(dir: &std::path::Path) -> WriterHandle<TestLanes> {
     let path = dir.join("w.db");
     let conn = crate::store::local::open(&path, false).unwrap();
     conn.execute_batch("CREATE TABLE t (v INTEGER PRIMARY KEY)").unwrap();
-    runtime::spawn_sqlite(conn, crate::store::local::open(&path, false).unwrap(), Box::new(|| {})).unwrap()
+    runtime::spawn_sqlite(
+        conn,
+        crate::store::local::open(&path, false).unwrap(),
+        Box::new(|_| {}),
+        Box::new(|| {}),
+    )
+    .unwrap()
 }
 
 async fn insert(writer: &WriterHandle<TestLanes>, value: i64) -> StoreResult<i64> {
