@@ -60,6 +60,11 @@ const STALL: Duration = Duration::from_millis(250);
 const TRIP_AFTER: u32 = 5;
 /// How long a tripped endpoint is left alone after each failed probe.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// When every endpoint the dispatcher knows is paused (tripped, stalled) or has no room, a
+/// wake-up (messages were inserted) reads the endpoints at most this often: such a wake-up can
+/// only be for an endpoint it does not know yet, and with a dead endpoint subscribed each
+/// dispatch's message woke a read of every endpoint that found nothing to do.
+const LOOK_AGAIN: Duration = Duration::from_millis(50);
 /// How long shutdown waits for sends in flight.
 const DRAIN: Duration = Duration::from_secs(20);
 /// Messages claimed between two refreshes of the outbox's statistics (PostgreSQL; see
@@ -215,6 +220,9 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
     // Whether to read the endpoints this round: woken by an insert, by the timer, or a lane
     // wants more.
     let mut look = true;
+    let mut looked = Instant::now();
+    // A wake-up whose read waits for [`LOOK_AGAIN`].
+    let mut deferred = false;
     let mut claimed_since_analyze = 0usize;
     let mut analyzed = Instant::now().checked_sub(ANALYZE_EVERY).unwrap_or_else(Instant::now);
     loop {
@@ -234,7 +242,7 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                 && lane.room(concurrency) > 0
         });
         if look {
-            look = false;
+            (look, deferred, looked) = (false, false, Instant::now());
             let endpoints = match state.store.due_webhook_endpoints().await {
                 Ok(endpoints) => endpoints,
                 Err(e) => {
@@ -336,12 +344,23 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                 next_due = Some(next_due.map_or(until, |n| n.min(until)));
             }
         }
-        let wait = next_due
+        let mut wait = next_due
             .map(|due| Duration::from_millis(u64::try_from(due - state.clock.now_millis()).unwrap_or(0)))
             .unwrap_or(POLL)
             .min(POLL);
+        if deferred {
+            wait = wait.min(LOOK_AGAIN.saturating_sub(looked.elapsed()));
+        }
         tokio::select! {
-            _ = wake.notified() => look = true,
+            _ = wake.notified() => {
+                let now = state.clock.now_millis();
+                let busy = |lane: &Lane| lane.paused_until(now).is_some() || lane.room(concurrency) == 0;
+                if lanes.is_empty() || !lanes.values().all(busy) || looked.elapsed() >= LOOK_AGAIN {
+                    look = true;
+                } else {
+                    deferred = true;
+                }
+            }
             Some((endpoint, ended)) = finished.recv() => {
                 if let Some(lane) = lanes.get_mut(&endpoint) {
                     lane.ended(ended, state.clock.now_millis());
