@@ -22,6 +22,8 @@ pub struct Sample {
 /// What happened between two samples, per unit of work.
 pub struct Cost {
     pub calls_per_unit: f64,
+    /// The writer's batches (transactions, each a commit) per unit.
+    pub batches_per_unit: f64,
     pub operations_per_batch: f64,
     pub daemon_cpu_ms_per_unit: f64,
     pub postgres_cpu_ms_per_unit: f64,
@@ -64,6 +66,7 @@ impl Sample {
         let per_unit = |a: Duration, b: Duration| b.saturating_sub(a).as_secs_f64() * 1000.0 / units;
         Cost {
             calls_per_unit: (later.calls - self.calls) / units,
+            batches_per_unit: (later.batches - self.batches) / units,
             operations_per_batch: (later.operations - self.operations)
                 / (later.batches - self.batches).max(1.0),
             daemon_cpu_ms_per_unit: per_unit(self.daemon_cpu, later.daemon_cpu),

@@ -110,6 +110,8 @@ pub struct Paced {
     pub answered: Vec<Duration>,
     /// How long handing out the requests took (≈ total / rate when the pace was kept).
     pub sending: Duration,
+    /// The slowest answer: when its request was taken up (from the start) and how long it took.
+    pub slowest: (Duration, Duration),
 }
 
 /// Sends `total` POSTs to `path` at a steady `rate` a second, each handed to a pool of 32
@@ -125,6 +127,7 @@ pub async fn paced(
     on_send: impl Fn(usize),
 ) -> Paced {
     let period = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let started = Instant::now();
     let (jobs, queue) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
     let queue = Arc::new(tokio::sync::Mutex::new(queue));
     let mut senders = Vec::new();
@@ -132,6 +135,7 @@ pub async fn paced(
         let (queue, base, token) = (queue.clone(), base.to_owned(), token.to_owned());
         senders.push(tokio::spawn(async move {
             let mut answered = Vec::new();
+            let mut slowest = (Duration::ZERO, Duration::ZERO);
             let mut accepted = 0usize;
             let mut conn = crate::http::Connection::open(&base).await.ok();
             loop {
@@ -142,13 +146,16 @@ pub async fn paced(
                     Ok((status, _)) => accepted += usize::from((200..300).contains(&status)),
                     Err(_) => conn = crate::http::Connection::open(&base).await.ok(),
                 }
-                answered.push(at.elapsed());
+                let took = at.elapsed();
+                if took > slowest.1 {
+                    slowest = (at.duration_since(started), took);
+                }
+                answered.push(took);
             }
-            (accepted, answered)
+            (accepted, answered, slowest)
         }));
     }
     let mut interval = tokio::time::interval(period);
-    let started = Instant::now();
     for index in 0..total {
         interval.tick().await;
         on_send(index);
@@ -158,12 +165,16 @@ pub async fn paced(
     let sending = started.elapsed();
     let mut accepted = 0;
     let mut answered = Vec::with_capacity(total);
+    let mut slowest = (Duration::ZERO, Duration::ZERO);
     for sender in senders {
-        if let Ok((ok, took)) = sender.await {
+        if let Ok((ok, took, worst)) = sender.await {
             accepted += ok;
             answered.extend(took);
+            if worst.1 > slowest.1 {
+                slowest = worst;
+            }
         }
     }
     answered.sort();
-    Paced { accepted, answered, sending }
+    Paced { accepted, answered, sending, slowest }
 }

@@ -189,7 +189,7 @@ pub async fn run(
     // A steady rate of in-app notifications to random connected users.
     let total = rate * seconds as usize;
     let started = Instant::now();
-    let crate::load::Paced { accepted, answered, sending } =
+    let crate::load::Paced { accepted, answered, sending, .. } =
         send_paced(url, boot, connected, rate, total, &sent).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut timed = latencies.lock().map(|l| l.clone()).unwrap_or_default();

@@ -10,6 +10,8 @@
 //!    database's growth is shared). Each row also gives the daemon's CPU time per 1,000
 //!    dispatches (and the PostgreSQL server's), read from `/proc`: steadier than a rate on a
 //!    shared machine. The delivering row's includes its deliveries (read once they arrived).
+//!    Then the same three at a steady `--rate` (1b): the API's answer times when the machine is
+//!    not saturated, what an integrator's request sees.
 //! 2. **Throughput**: `--fan-out` endpoints subscribed, `--events` dispatches as fast as they are
 //!    taken; deliveries per second from the first dispatch to the last delivery.
 //! 3. **Latency**: one endpoint, `--rate` dispatches a second for `--seconds`; for each delivery,
@@ -196,6 +198,109 @@ async fn paced_lags(
     Ok((seen.lag_ms, seen.count, paced.accepted))
 }
 
+/// The dispatch-cost rows' three cases, by `round` in turn: no endpoint, one that takes every
+/// event (the receiver's `name`), one that is down (`dead-name`). Subscribes the round's endpoint:
+/// the row's label, and the endpoint's id and receiver name.
+async fn subscribe(
+    api: &Api,
+    hook: &dyn Fn(&str) -> String,
+    round: usize,
+    name: &str,
+) -> anyhow::Result<(&'static str, Option<(String, String)>)> {
+    let (label, name) = match round % 3 {
+        0 => ("none", None),
+        1 => ("one, delivering meanwhile", Some(name.to_owned())),
+        _ => ("one, down (503)", Some(format!("dead-{name}"))),
+    };
+    Ok(match name {
+        Some(name) => (label, Some((api.add_endpoint(&hook(&name)).await?, name))),
+        None => (label, None),
+    })
+}
+
+/// 1b. The same three cases at a steady `--rate` for `--seconds`, `--rounds` times in turn: how
+/// long the API takes to answer a dispatch when the machine is not saturated (what an
+/// integrator's request sees), against no endpoint. At saturation (above) the sends' CPU is taken
+/// from the dispatches on these two cores; here it is not, so this says whether subscribing an
+/// endpoint slows the dispatch path itself.
+async fn steady_dispatch(
+    api: &Api,
+    receiver: &Receiver,
+    o: &Options,
+    engine: &str,
+    hook: &dyn Fn(&str) -> String,
+    pid: Option<u32>,
+) -> anyhow::Result<()> {
+    println!(
+        "\n{engine}: in-app dispatch at a steady {} a second for {} s: the API's answer times\n",
+        o.rate, o.seconds
+    );
+    println!(
+        "| endpoint subscribed | accepted | p50 ms | p99 ms | max ms | writer commits per dispatch | daemon CPU ms per 1,000 |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let total = o.rate * o.seconds as usize;
+    let mut p99s: [Vec<f64>; 3] = Default::default();
+    for round in 0..3 * o.rounds.max(1) {
+        let (label, endpoint) = subscribe(api, hook, round, "steady").await?;
+        let before = costs::sample(&api.http, &api.url, pid).await?;
+        let paced =
+            load::paced(&api.url, &api.key, "/api/v1/notifications", o.rate, total, in_app_body, |_| {})
+                .await;
+        if round % 3 == 1 {
+            receiver.wait_for("steady", paced.accepted, Duration::from_secs(120)).await;
+        }
+        let cost = before.until(&costs::sample(&api.http, &api.url, pid).await?, paced.accepted);
+        let ms = |p: f64| load::percentile(&paced.answered, p).as_secs_f64() * 1000.0;
+        p99s[round % 3].push(ms(99.0));
+        println!(
+            "| {label} | {} | {:.2} | {:.2} | {:.2} (at {:.1} s) | {:.2} | {:.0} |",
+            paced.accepted,
+            ms(50.0),
+            ms(99.0),
+            ms(100.0),
+            paced.slowest.0.as_secs_f64(),
+            cost.batches_per_unit,
+            cost.daemon_cpu_ms_per_unit * 1000.0
+        );
+        if let Some((id, name)) = endpoint {
+            api.remove_endpoint(&id).await?;
+            receiver.take(&name);
+        }
+    }
+    println!(
+        "\n{engine}: p99 answer time at {}/s, medians of {} rounds: {}",
+        o.rate,
+        o.rounds.max(1),
+        against_none(medians(p99s), " ms", 2)
+    );
+    Ok(())
+}
+
+/// The median of each case's rows.
+fn medians(rows: [Vec<f64>; 3]) -> [f64; 3] {
+    rows.map(|mut r| {
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    })
+}
+
+/// "none …; one delivering … (±n %); one down … (±n %)", each against none.
+fn against_none(m: [f64; 3], unit: &str, decimals: usize) -> String {
+    let against = |x: f64| (x / m[0].max(f64::MIN_POSITIVE) - 1.0) * 100.0;
+    format!(
+        "none {:.*}{unit}; one delivering {:.*}{unit} ({:+.0} %); one down {:.*}{unit} ({:+.0} %)",
+        decimals,
+        m[0],
+        decimals,
+        m[1],
+        against(m[1]),
+        decimals,
+        m[2],
+        against(m[2])
+    )
+}
+
 pub async fn run(o: Options) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let backend = backend_of(o.backend)?;
@@ -225,18 +330,10 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     let mut rates: [Vec<f64>; 3] = Default::default();
     let mut cpu: [Vec<f64>; 3] = Default::default();
     for round in 0..3 * o.rounds.max(1) {
-        let (label, name) = match round % 3 {
-            0 => ("none", None),
-            1 => ("one, delivering meanwhile", Some("dispatch")),
-            _ => ("one, down (503)", Some("dead-dispatch")),
-        };
-        let endpoint = match name {
-            Some(name) => Some(api.add_endpoint(&hook(name)).await?),
-            None => None,
-        };
+        let (label, endpoint) = subscribe(&api, &hook, round, "dispatch").await?;
         let before = costs::sample(&api.http, &d.url, pid).await?;
         let report = load::run(&d.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
-        if name == Some("dispatch") {
+        if round % 3 == 1 {
             // The CPU of the deliveries too: what a dispatch costs in all.
             receiver.wait_for("dispatch", report.ok, Duration::from_secs(120)).await;
         }
@@ -252,27 +349,13 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
             cost.daemon_cpu_ms_per_unit * 1000.0,
             cost.postgres_cpu_ms_per_unit * 1000.0
         );
-        if let (Some(id), Some(name)) = (endpoint, name) {
+        if let Some((id, name)) = endpoint {
             api.remove_endpoint(&id).await?;
-            receiver.take(name);
+            receiver.take(&name);
         }
     }
-    let median = |mut r: Vec<f64>| {
-        r.sort_by(f64::total_cmp);
-        r[r.len() / 2]
-    };
-    let medians = rates.map(median);
-    let against = |m: f64| (m / medians[0] - 1.0) * 100.0;
-    println!(
-        "\n{engine}: medians of {} rounds: none {:.0}/s; one delivering {:.0}/s ({:+.0} %); one down {:.0}/s ({:+.0} %)",
-        o.rounds.max(1),
-        medians[0],
-        medians[1],
-        against(medians[1]),
-        medians[2],
-        against(medians[2])
-    );
-    let cpu = cpu.map(median);
+    println!("\n{engine}: medians of {} rounds: {}", o.rounds.max(1), against_none(medians(rates), "/s", 0));
+    let cpu = medians(cpu);
     println!(
         "{engine}: the daemon's CPU per 1,000 dispatches (medians): none {:.0} ms; one delivering {:.0} ms ({:+.0} %, its deliveries included); one down {:.0} ms ({:+.0} %)",
         cpu[0],
@@ -281,6 +364,7 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
         cpu[2],
         (cpu[2] / cpu[0].max(1.0) - 1.0) * 100.0
     );
+    steady_dispatch(&api, &receiver, &o, engine, &hook, pid).await?;
     if o.dispatch_only {
         let mut child = d.child;
         let _ = child.kill().await;
