@@ -88,6 +88,7 @@ fn attempt(
         duration_ms: 3,
         verdict,
         disable_after_ms: 5 * DAY_MS,
+        retried: message.attempts > 0,
     }
 }
 

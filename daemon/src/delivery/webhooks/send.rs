@@ -237,6 +237,7 @@ impl Send {
             duration_ms,
             verdict,
             disable_after_ms: millis(state.config.webhooks.disable_after),
+            retried: message.attempts > 0,
         };
         sender.recorder.record(record).await;
         drop(done);

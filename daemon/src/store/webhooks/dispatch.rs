@@ -79,6 +79,8 @@ pub struct WebhookAttemptRecord {
     pub verdict: Verdict,
     /// Failing without a success for this long disables the endpoint.
     pub disable_after_ms: i64,
+    /// The message had been attempted before: later messages about its subject may wait for it.
+    pub retried: bool,
 }
 
 /// SQLite: due messages of the endpoint, none while an earlier message about the same subject
@@ -384,7 +386,15 @@ async fn settle_one(conn: &mut Conn<'_>, a: &WebhookAttemptRecord) -> StoreResul
 
 /// The later messages about the subjects of settled messages: after a retry they wait for it;
 /// once a message is done with, the next may go now.
+///
+/// Only a message that waited for a retry holds siblings back (the fan-out and the claim defer a
+/// message behind an earlier one that waits for its next attempt, never behind one not yet
+/// tried, which the claim's order keeps it behind instead). So the first attempt of a message,
+/// unless it fails for a retry, has no siblings to move, and most groups (first attempts that
+/// succeed) skip the statement: on PostgreSQL one planned at each call, per group.
 async fn order_siblings(conn: &mut Conn<'_>, held: &[&WebhookAttemptRecord]) -> StoreResult<()> {
+    let held: Vec<&WebhookAttemptRecord> =
+        held.iter().copied().filter(|a| a.retried || matches!(a.verdict, Verdict::RetryAt(_))).collect();
     if held.is_empty() {
         return Ok(());
     }
@@ -561,6 +571,7 @@ mod tests {
             duration_ms: 1,
             verdict,
             disable_after_ms: 1_000,
+            retried: false,
         }
     }
 
