@@ -14,6 +14,9 @@ pub struct Sample {
     batches: f64,
     operations: f64,
     daemon_cpu: Duration,
+    /// Bytes the daemon had written to storage (`/proc/PID/io` `write_bytes`: its WAL, its
+    /// checkpoints; 0 where it cannot be read).
+    daemon_written: u64,
     /// Per process: PostgreSQL's backends and workers come and go (autovacuum, `pgbench`'s
     /// clients), so a sum over those alive at each moment may even fall between two samples.
     postgres_cpu: HashMap<u32, Duration>,
@@ -27,6 +30,8 @@ pub struct Cost {
     pub operations_per_batch: f64,
     pub daemon_cpu_ms_per_unit: f64,
     pub postgres_cpu_ms_per_unit: f64,
+    /// KiB the daemon wrote to storage per unit.
+    pub daemon_kib_written_per_unit: f64,
 }
 
 /// Reads the daemon's `/metrics` and the CPU time of the daemon (`pid`) and of every process
@@ -40,6 +45,7 @@ pub async fn sample(http: &reqwest::Client, url: &str, pid: Option<u32>) -> anyh
     };
     let tick = clock_tick();
     let daemon_cpu = pid.and_then(|pid| cpu_of(&format!("/proc/{pid}/stat"), tick)).unwrap_or_default();
+    let daemon_written = pid.and_then(|pid| written_by(&format!("/proc/{pid}/io"))).unwrap_or_default();
     let mut postgres_cpu = HashMap::new();
     for entry in std::fs::read_dir("/proc")?.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else {
@@ -55,6 +61,7 @@ pub async fn sample(http: &reqwest::Client, url: &str, pid: Option<u32>) -> anyh
         batches: metric("herald_store_write_batches_total"),
         operations: metric("herald_store_write_operations_total"),
         daemon_cpu,
+        daemon_written,
         postgres_cpu,
     })
 }
@@ -70,6 +77,9 @@ impl Sample {
             operations_per_batch: (later.operations - self.operations)
                 / (later.batches - self.batches).max(1.0),
             daemon_cpu_ms_per_unit: per_unit(self.daemon_cpu, later.daemon_cpu),
+            daemon_kib_written_per_unit: later.daemon_written.saturating_sub(self.daemon_written) as f64
+                / 1024.0
+                / units,
             // What each process alive at the later sample spent since the earlier one (all of
             // it if it started since); a process that ended between the two is not counted.
             postgres_cpu_ms_per_unit: later
@@ -89,6 +99,12 @@ fn cpu_of(path: &str, tick: f64) -> Option<Duration> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
     Some(Duration::from_secs_f64(ticks / tick))
+}
+
+/// `write_bytes` of one process's `/proc/PID/io`.
+fn written_by(path: &str) -> Option<u64> {
+    let io = std::fs::read_to_string(path).ok()?;
+    io.lines().find_map(|line| line.strip_prefix("write_bytes:")?.trim().parse().ok())
 }
 
 /// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux unless built otherwise).
@@ -142,5 +158,17 @@ mod tests {
         // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
         std::fs::write(&path, "42 (post gres) S 1 42 42 0 -1 4194560 10 0 0 0 250 50 0 0 20 0 1 0").unwrap();
         assert_eq!(cpu_of(&path.display().to_string(), 100.0), Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn bytes_written_are_read_from_io() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("io");
+        std::fs::write(
+            &path,
+            "rchar: 10\nwchar: 20\nread_bytes: 0\nwrite_bytes: 40960\ncancelled_write_bytes: 0\n",
+        )
+        .unwrap();
+        assert_eq!(written_by(&path.display().to_string()), Some(40960));
     }
 }

@@ -6,10 +6,18 @@
 //! 1. **Dispatch cost**: in-app dispatches accepted per second with no endpoint, with one
 //!    subscribed that takes each event as it comes (the sends share the machine with the
 //!    dispatches), and with one subscribed that is down (503: after five failures it is only
-//!    probed, so this is the outbox's own cost), `--rounds` times over in turn (so the
-//!    database's growth is shared). Each row also gives the daemon's CPU time per 1,000
-//!    dispatches (and the PostgreSQL server's), read from `/proc`: steadier than a rate on a
-//!    shared machine. The delivering row's includes its deliveries (read once they arrived).
+//!    probed, so this is the outbox's own cost), `--rounds` times over. Each row also gives
+//!    the deliveries that arrived while the dispatches ran, the writer's commits and the KiB
+//!    the daemon wrote to storage (`/proc/PID/io`: WAL and checkpoints) per dispatch, and the
+//!    daemon's CPU time per 1,000 dispatches (and the PostgreSQL server's), read from `/proc`:
+//!    steadier than a rate on a shared machine. The delivering row's costs include its
+//!    deliveries (read once they all arrived).
+//!    Every row runs on a database grown by `--warm-up` dispatches first, and the order of the
+//!    three cases alternates between rounds (none first, then none last): a dispatch writes an
+//!    inbox entry under its user, and while the inbox indexes are small a commit's entries share
+//!    pages, so each row on a younger database wrote fewer pages per dispatch than the next
+//!    (a WAL read in the seventh session: 12 pages a commit of each inbox index in the first
+//!    row, 36 in the third), and the cases run later in a round looked dearer for that.
 //!    Then the same three at a steady `--rate` (1b): the API's answer times when the machine is
 //!    not saturated, what an integrator's request sees.
 //! 2. **Throughput**: `--fan-out` endpoints subscribed, `--events` dispatches as fast as they are
@@ -55,6 +63,7 @@ pub struct Options {
     pub backlog: usize,
     pub requests: usize,
     pub rounds: usize,
+    pub warm_up: usize,
     pub dispatch_only: bool,
     pub daemon: PathBuf,
 }
@@ -198,6 +207,12 @@ async fn paced_lags(
     Ok((seen.lag_ms, seen.count, paced.accepted))
 }
 
+/// The case (0 none, 1 delivering, 2 down) of row `row`: the rounds run the three in turn, in
+/// an order that alternates (0 1 2, then 2 1 0), so that none goes first as often as last.
+fn case(row: usize) -> usize {
+    if (row / 3).is_multiple_of(2) { row % 3 } else { 2 - row % 3 }
+}
+
 /// The dispatch-cost rows' three cases, by `round` in turn: no endpoint, one that takes every
 /// event (the receiver's `name`), one that is down (`dead-name`). Subscribes the round's endpoint:
 /// the row's label, and the endpoint's id and receiver name.
@@ -207,7 +222,7 @@ async fn subscribe(
     round: usize,
     name: &str,
 ) -> anyhow::Result<(&'static str, Option<(String, String)>)> {
-    let (label, name) = match round % 3 {
+    let (label, name) = match case(round) {
         0 => ("none", None),
         1 => ("one, delivering meanwhile", Some(name.to_owned())),
         _ => ("one, down (503)", Some(format!("dead-{name}"))),
@@ -236,9 +251,9 @@ async fn steady_dispatch(
         o.rate, o.seconds
     );
     println!(
-        "| endpoint subscribed | accepted | p50 ms | p99 ms | max ms | writer commits per dispatch | daemon CPU ms per 1,000 |"
+        "| endpoint subscribed | accepted | p50 ms | p99 ms | max ms | writer commits per dispatch | KiB written per dispatch | daemon CPU ms per 1,000 |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let total = o.rate * o.seconds as usize;
     let mut p99s: [Vec<f64>; 3] = Default::default();
     for round in 0..3 * o.rounds.max(1) {
@@ -247,20 +262,21 @@ async fn steady_dispatch(
         let paced =
             load::paced(&api.url, &api.key, "/api/v1/notifications", o.rate, total, in_app_body, |_| {})
                 .await;
-        if round % 3 == 1 {
+        if case(round) == 1 {
             receiver.wait_for("steady", paced.accepted, Duration::from_secs(120)).await;
         }
         let cost = before.until(&costs::sample(&api.http, &api.url, pid).await?, paced.accepted);
         let ms = |p: f64| load::percentile(&paced.answered, p).as_secs_f64() * 1000.0;
-        p99s[round % 3].push(ms(99.0));
+        p99s[case(round)].push(ms(99.0));
         println!(
-            "| {label} | {} | {:.2} | {:.2} | {:.2} (at {:.1} s) | {:.2} | {:.0} |",
+            "| {label} | {} | {:.2} | {:.2} | {:.2} (at {:.1} s) | {:.2} | {:.1} | {:.0} |",
             paced.accepted,
             ms(50.0),
             ms(99.0),
             ms(100.0),
             paced.slowest.0.as_secs_f64(),
             cost.batches_per_unit,
+            cost.daemon_kib_written_per_unit,
             cost.daemon_cpu_ms_per_unit * 1000.0
         );
         if let Some((id, name)) = endpoint {
@@ -302,7 +318,12 @@ fn against_none(m: [f64; 3], unit: &str, decimals: usize) -> String {
 }
 
 pub async fn run(o: Options) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
+    let mut dir = tempfile::tempdir()?;
+    // To look at the database afterwards (`sqlite3 DIR/…`): its directory is kept and named.
+    if std::env::var_os("HERALD_BENCH_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("keeping {}", dir.path().display());
+    }
     let backend = backend_of(o.backend)?;
     let database_url = backend.fresh_database_url(dir.path()).await;
     let (smtp_port, _) = smtp::start().await?;
@@ -315,17 +336,23 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     let engine = engine_name(backend);
     let hook = |name: &str| format!("{}/hook/{name}", receiver.base);
 
-    // Warm up.
-    load::run(&d.url, Some(&api.key), 2_000, 64, in_app(), nothing.clone()).await;
+    // Warm up, and grow the database past the inbox indexes' growth (the module's comment).
+    let warmed = Instant::now();
+    let warm = load::run(&d.url, Some(&api.key), o.warm_up.max(2_000), 64, in_app(), nothing.clone()).await;
+    println!(
+        "\n{engine}: warmed up with {} in-app dispatches in {:.1} s",
+        warm.ok,
+        warmed.elapsed().as_secs_f64()
+    );
 
     // 1. In-app dispatch with no endpoint, with one subscribed that takes every event as it
     //    comes, and with one subscribed that is down (the outbox's writes without the sends),
     //    in turn.
     println!("\n{engine}: in-app dispatch, {} requests per row, concurrency 64\n", o.requests);
     println!(
-        "| endpoint subscribed | accepted/s | p50 ms | p99 ms | errors | daemon CPU ms per 1,000 | PostgreSQL CPU ms per 1,000 |"
+        "| endpoint subscribed | accepted/s | p50 ms | p99 ms | errors | delivered while dispatching | writer commits per 1,000 | KiB written per dispatch | daemon CPU ms per 1,000 | PostgreSQL CPU ms per 1,000 |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let pid = d.child.id();
     let mut rates: [Vec<f64>; 3] = Default::default();
     let mut cpu: [Vec<f64>; 3] = Default::default();
@@ -333,19 +360,26 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
         let (label, endpoint) = subscribe(&api, &hook, round, "dispatch").await?;
         let before = costs::sample(&api.http, &d.url, pid).await?;
         let report = load::run(&d.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
-        if round % 3 == 1 {
+        // How many of the deliveries shared the dispatches' time (the rest came after).
+        let meanwhile = match &endpoint {
+            Some((_, name)) if case(round) == 1 => format!("{}", receiver.count(name)),
+            _ => "–".to_owned(),
+        };
+        if case(round) == 1 {
             // The CPU of the deliveries too: what a dispatch costs in all.
             receiver.wait_for("dispatch", report.ok, Duration::from_secs(120)).await;
         }
         let cost = before.until(&costs::sample(&api.http, &d.url, pid).await?, report.ok);
-        rates[round % 3].push(report.per_second());
-        cpu[round % 3].push(cost.daemon_cpu_ms_per_unit * 1000.0);
+        rates[case(round)].push(report.per_second());
+        cpu[case(round)].push(cost.daemon_cpu_ms_per_unit * 1000.0);
         println!(
-            "| {label} | {:.0} | {:.2} | {:.2} | {} | {:.0} | {:.0} |",
+            "| {label} | {:.0} | {:.2} | {:.2} | {} | {meanwhile} | {:.0} | {:.1} | {:.0} | {:.0} |",
             report.per_second(),
             report.percentile(50.0).as_secs_f64() * 1000.0,
             report.percentile(99.0).as_secs_f64() * 1000.0,
             report.errors,
+            cost.batches_per_unit * 1000.0,
+            cost.daemon_kib_written_per_unit,
             cost.daemon_cpu_ms_per_unit * 1000.0,
             cost.postgres_cpu_ms_per_unit * 1000.0
         );
@@ -461,4 +495,20 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     let mut child = d.child;
     let _ = child.kill().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_alternate_the_order_of_the_cases() {
+        let rows: Vec<usize> = (0..12).map(case).collect();
+        assert_eq!(rows, [0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0]);
+        // Over two rounds each case is run as often early as late.
+        for c in 0..3 {
+            let positions: usize = (0..6).filter(|&row| case(row) == c).map(|row| row % 3).sum();
+            assert_eq!(positions, 2);
+        }
+    }
 }
