@@ -152,8 +152,9 @@ enum Command {
         /// order that alternates); the medians are compared.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
-        /// In-app dispatches before the dispatch-cost table, so that its rows all run on a
-        /// database whose inbox indexes are past their growth (see bench/src/webhooks.rs).
+        /// In-app dispatches the database has had at least before the dispatch-cost table (it
+        /// runs last), so that its rows all run past the inbox indexes' growth (see
+        /// bench/src/webhooks.rs).
         #[arg(long, default_value_t = 100_000)]
         warm_up: usize,
         /// Only the dispatch-cost table.

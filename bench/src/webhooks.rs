@@ -12,8 +12,10 @@
 //!    daemon's CPU time per 1,000 dispatches (and the PostgreSQL server's), read from `/proc`:
 //!    steadier than a rate on a shared machine. The delivering row's costs include its
 //!    deliveries (read once they all arrived).
-//!    Every row runs on a database grown by `--warm-up` dispatches first, and the order of the
-//!    three cases alternates between rounds (none first, then none last): a dispatch writes an
+//!    The table runs last (steps 2-4 keep the fresh database of earlier sessions), on the
+//!    database steps 2-4 grew, topped up to `--warm-up` dispatches (100,000 by default) if they
+//!    grew it less (with `--dispatch-only`, all of them); and the order of the three cases
+//!    alternates between rounds (none first, then none last). A dispatch writes an
 //!    inbox entry under its user, and while the inbox indexes are small a commit's entries share
 //!    pages, so each row on a younger database wrote fewer pages per dispatch than the next
 //!    (a WAL read in the seventh session: 12 pages a commit of each inbox index in the first
@@ -235,17 +237,11 @@ async fn subscribe(
 
 /// 1b. The same three cases at a steady `--rate` for `--seconds`, `--rounds` times in turn: how
 /// long the API takes to answer a dispatch when the machine is not saturated (what an
-/// integrator's request sees), against no endpoint. At saturation (above) the sends' CPU is taken
-/// from the dispatches on these two cores; here it is not, so this says whether subscribing an
-/// endpoint slows the dispatch path itself.
-async fn steady_dispatch(
-    api: &Api,
-    receiver: &Receiver,
-    o: &Options,
-    engine: &str,
-    hook: &dyn Fn(&str) -> String,
-    pid: Option<u32>,
-) -> anyhow::Result<()> {
+/// integrator's request sees), against no endpoint. At saturation (above) the deliveries' claims
+/// and records queue for the writer with the dispatches; here the writer keeps up, so this says
+/// whether subscribing an endpoint slows the dispatch path itself.
+async fn steady_dispatch(table: &Table<'_>) -> anyhow::Result<()> {
+    let Table { api, receiver, o, engine, hook, pid } = *table;
     println!(
         "\n{engine}: in-app dispatch at a steady {} a second for {} s: the API's answer times\n",
         o.rate, o.seconds
@@ -317,34 +313,21 @@ fn against_none(m: [f64; 3], unit: &str, decimals: usize) -> String {
     )
 }
 
-pub async fn run(o: Options) -> anyhow::Result<()> {
-    let mut dir = tempfile::tempdir()?;
-    // To look at the database afterwards (`sqlite3 DIR/…`): its directory is kept and named.
-    if std::env::var_os("HERALD_BENCH_KEEP").is_some() {
-        dir.disable_cleanup(true);
-        eprintln!("keeping {}", dir.path().display());
-    }
-    let backend = backend_of(o.backend)?;
-    let database_url = backend.fresh_database_url(dir.path()).await;
-    let (smtp_port, _) = smtp::start().await?;
-    let receiver = Receiver::start().await?;
-    let settings = vec![("HERALD_WEBHOOK_ALLOWED_NETWORKS".to_owned(), "127.0.0.0/8".to_owned())];
-    let d =
-        start_daemon_with(&o.daemon, dir.path(), &database_url, smtp_port, false, &settings, None).await?;
-    let api = Api { url: d.url.clone(), key: d.boot.api_key.clone(), http: reqwest::Client::new() };
+/// What the dispatch-cost table's rows run against.
+#[derive(Clone, Copy)]
+struct Table<'a> {
+    api: &'a Api,
+    receiver: &'a Receiver,
+    o: &'a Options,
+    engine: &'a str,
+    hook: &'a dyn Fn(&str) -> String,
+    pid: Option<u32>,
+}
+
+/// 1. The dispatch-cost table, saturated, then at a steady rate (1b).
+async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
+    let Table { api, receiver, o, engine, hook, pid } = *table;
     let nothing: Arc<dyn Fn(usize, Instant) + Send + Sync> = Arc::new(|_, _| {});
-    let engine = engine_name(backend);
-    let hook = |name: &str| format!("{}/hook/{name}", receiver.base);
-
-    // Warm up, and grow the database past the inbox indexes' growth (the module's comment).
-    let warmed = Instant::now();
-    let warm = load::run(&d.url, Some(&api.key), o.warm_up.max(2_000), 64, in_app(), nothing.clone()).await;
-    println!(
-        "\n{engine}: warmed up with {} in-app dispatches in {:.1} s",
-        warm.ok,
-        warmed.elapsed().as_secs_f64()
-    );
-
     // 1. In-app dispatch with no endpoint, with one subscribed that takes every event as it
     //    comes, and with one subscribed that is down (the outbox's writes without the sends),
     //    in turn.
@@ -353,13 +336,12 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
         "| endpoint subscribed | accepted/s | p50 ms | p99 ms | errors | delivered while dispatching | writer commits per 1,000 | KiB written per dispatch | daemon CPU ms per 1,000 | PostgreSQL CPU ms per 1,000 |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    let pid = d.child.id();
     let mut rates: [Vec<f64>; 3] = Default::default();
     let mut cpu: [Vec<f64>; 3] = Default::default();
     for round in 0..3 * o.rounds.max(1) {
-        let (label, endpoint) = subscribe(&api, &hook, round, "dispatch").await?;
-        let before = costs::sample(&api.http, &d.url, pid).await?;
-        let report = load::run(&d.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
+        let (label, endpoint) = subscribe(api, hook, round, "dispatch").await?;
+        let before = costs::sample(&api.http, &api.url, pid).await?;
+        let report = load::run(&api.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
         // How many of the deliveries shared the dispatches' time (the rest came after).
         let meanwhile = match &endpoint {
             Some((_, name)) if case(round) == 1 => format!("{}", receiver.count(name)),
@@ -369,7 +351,7 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
             // The CPU of the deliveries too: what a dispatch costs in all.
             receiver.wait_for("dispatch", report.ok, Duration::from_secs(120)).await;
         }
-        let cost = before.until(&costs::sample(&api.http, &d.url, pid).await?, report.ok);
+        let cost = before.until(&costs::sample(&api.http, &api.url, pid).await?, report.ok);
         rates[case(round)].push(report.per_second());
         cpu[case(round)].push(cost.daemon_cpu_ms_per_unit * 1000.0);
         println!(
@@ -398,20 +380,21 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
         cpu[2],
         (cpu[2] / cpu[0].max(1.0) - 1.0) * 100.0
     );
-    steady_dispatch(&api, &receiver, &o, engine, &hook, pid).await?;
-    if o.dispatch_only {
-        let mut child = d.child;
-        let _ = child.kill().await;
-        return Ok(());
-    }
+    steady_dispatch(table).await
+}
 
+/// 2-4. Deliveries per second, event → first attempt at a steady rate, and the same beside a
+/// dead endpoint's backlog against controls.
+async fn deliveries(api: &Api, receiver: &Receiver, o: &Options, engine: &str) -> anyhow::Result<()> {
+    let nothing: Arc<dyn Fn(usize, Instant) + Send + Sync> = Arc::new(|_, _| {});
+    let hook = |name: &str| format!("{}/hook/{name}", receiver.base);
     // 2. Throughput: every event to `fan_out` endpoints.
     let mut ids = Vec::new();
     for i in 0..o.fan_out {
         ids.push(api.add_endpoint(&hook(&format!("fan-{i}"))).await?);
     }
     let started = Instant::now();
-    let dispatched = load::run(&d.url, Some(&api.key), o.events, 64, in_app(), nothing.clone()).await;
+    let dispatched = load::run(&api.url, Some(&api.key), o.events, 64, in_app(), nothing.clone()).await;
     let mut delivered = 0;
     let mut last = started;
     for i in 0..o.fan_out {
@@ -437,9 +420,8 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
 
     // 3. Latency at a steady rate, one endpoint (each delivery's arrival against its event's
     //    timestamp: event → first attempt).
-    let (api, receiver, o) = (&api, &receiver, &o);
     let fill = |what: &'static str| {
-        let (url, key, nothing) = (d.url.clone(), api.key.clone(), nothing.clone());
+        let (url, key, nothing) = (api.url.clone(), api.key.clone(), nothing.clone());
         async move {
             let filled = Instant::now();
             let fill = load::run(&url, Some(&key), o.backlog, 64, in_app(), nothing).await;
@@ -492,6 +474,50 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
         against(p99_after),
         against(lag(&alone, 99.0)),
     );
+    Ok(())
+}
+
+pub async fn run(o: Options) -> anyhow::Result<()> {
+    let mut dir = tempfile::tempdir()?;
+    // To look at the database afterwards (`sqlite3 DIR/…`): its directory is kept and named.
+    if std::env::var_os("HERALD_BENCH_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("keeping {}", dir.path().display());
+    }
+    let backend = backend_of(o.backend)?;
+    let database_url = backend.fresh_database_url(dir.path()).await;
+    let (smtp_port, _) = smtp::start().await?;
+    let receiver = Receiver::start().await?;
+    let settings = vec![("HERALD_WEBHOOK_ALLOWED_NETWORKS".to_owned(), "127.0.0.0/8".to_owned())];
+    let d =
+        start_daemon_with(&o.daemon, dir.path(), &database_url, smtp_port, false, &settings, None).await?;
+    let api = Api { url: d.url.clone(), key: d.boot.api_key.clone(), http: reqwest::Client::new() };
+    let nothing: Arc<dyn Fn(usize, Instant) + Send + Sync> = Arc::new(|_, _| {});
+    let engine = engine_name(backend);
+    let hook = |name: &str| format!("{}/hook/{name}", receiver.base);
+
+    // Warm up.
+    load::run(&d.url, Some(&api.key), 2_000, 64, in_app(), nothing.clone()).await;
+    let pid = d.child.id();
+    let mut grown = 2_000;
+    if !o.dispatch_only {
+        deliveries(&api, &receiver, &o, engine).await?;
+        grown += o.events + 2 * o.backlog + 4 * o.rate * o.seconds as usize;
+    }
+
+    // 1. Last, on a database grown past its inbox indexes' growth (the module's comment): by
+    //    steps 2-4, topped up to `--warm-up` dispatches if they grew it less.
+    let more = o.warm_up.saturating_sub(grown);
+    if more > 0 {
+        let warmed = Instant::now();
+        let warm = load::run(&d.url, Some(&api.key), more, 64, in_app(), nothing.clone()).await;
+        println!(
+            "\n{engine}: the database grown by {} more in-app dispatches in {:.1} s",
+            warm.ok,
+            warmed.elapsed().as_secs_f64()
+        );
+    }
+    dispatch_costs(&Table { api: &api, receiver: &receiver, o: &o, engine, hook: &hook, pid }).await?;
     let mut child = d.child;
     let _ = child.kill().await;
     Ok(())
