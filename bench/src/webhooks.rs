@@ -168,6 +168,11 @@ impl Api {
     }
 }
 
+/// No progress to report.
+fn nothing() -> Arc<dyn Fn(usize, Instant) + Send + Sync> {
+    Arc::new(|_, _| {})
+}
+
 fn in_app() -> load::MakeRequest {
     Arc::new(|i| {
         (
@@ -327,7 +332,7 @@ struct Table<'a> {
 /// 1. The dispatch-cost table, saturated, then at a steady rate (1b).
 async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
     let Table { api, receiver, o, engine, hook, pid } = *table;
-    let nothing: Arc<dyn Fn(usize, Instant) + Send + Sync> = Arc::new(|_, _| {});
+    let nothing = nothing();
     // 1. In-app dispatch with no endpoint, with one subscribed that takes every event as it
     //    comes, and with one subscribed that is down (the outbox's writes without the sends),
     //    in turn.
@@ -386,7 +391,7 @@ async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
 /// 2-4. Deliveries per second, event → first attempt at a steady rate, and the same beside a
 /// dead endpoint's backlog against controls.
 async fn deliveries(api: &Api, receiver: &Receiver, o: &Options, engine: &str) -> anyhow::Result<()> {
-    let nothing: Arc<dyn Fn(usize, Instant) + Send + Sync> = Arc::new(|_, _| {});
+    let nothing = nothing();
     let hook = |name: &str| format!("{}/hook/{name}", receiver.base);
     // 2. Throughput: every event to `fan_out` endpoints.
     let mut ids = Vec::new();
@@ -492,7 +497,7 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     let d =
         start_daemon_with(&o.daemon, dir.path(), &database_url, smtp_port, false, &settings, None).await?;
     let api = Api { url: d.url.clone(), key: d.boot.api_key.clone(), http: reqwest::Client::new() };
-    let nothing: Arc<dyn Fn(usize, Instant) + Send + Sync> = Arc::new(|_, _| {});
+    let nothing = nothing();
     let engine = engine_name(backend);
     let hook = |name: &str| format!("{}/hook/{name}", receiver.base);
 
