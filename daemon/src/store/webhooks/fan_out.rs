@@ -39,6 +39,9 @@ const FAN_OUT: &str = "INSERT INTO webhook_messages (endpoint_id, event_id, even
        AND v.endpoint_id IS NULL
      ORDER BY v.id, e.id";
 
+/// Moves the cursor past the events just fanned out.
+const ADVANCE: &str = "UPDATE webhook_fan_out SET last_event_id = $1 WHERE id = 1";
+
 /// Fans out every event after the cursor (those of the transaction open on `conn`, and any a
 /// failed fan-out left), in a savepoint of that transaction; whether it did. On failure the
 /// savepoint is undone and the transaction is as it was: the fan-out task makes the messages.
@@ -48,7 +51,7 @@ pub(crate) fn fan_out_before_commit(conn: &rusqlite::Connection) -> bool {
         let last: Option<i64> = local::scalar::fetch_one(conn, "SELECT MAX(id) FROM webhook_events", &[])?;
         if let Some(last) = last {
             local::execute(conn, FAN_OUT, &[&last])?;
-            local::execute(conn, "UPDATE webhook_fan_out SET last_event_id = $1 WHERE id = 1", &[&last])?;
+            local::execute(conn, ADVANCE, &[&last])?;
         }
         local::execute_batch(conn, "RELEASE fan_out")
     });
@@ -84,7 +87,7 @@ impl Store {
                 )?;
                 let Some(last) = last else { return Ok(0) };
                 execute!(conn, FAN_OUT, last)?;
-                execute!(conn, "UPDATE webhook_fan_out SET last_event_id = $1 WHERE id = 1", last)?;
+                execute!(conn, ADVANCE, last)?;
                 Ok(passed)
             })
         })
