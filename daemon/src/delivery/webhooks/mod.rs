@@ -26,7 +26,11 @@
 //! hook, PostgreSQL's NOTIFY at commit), when a send ends, and otherwise when the next message
 //! is due (at most a second: other daemons' changes that it did not hear of). It reads the
 //! endpoints at most every [`LINGER`] (every [`LOOK_AGAIN`] on a wake-up while all it knows are
-//! paused or full), so that a steady stream's messages are claimed together.
+//! paused or full), so that a steady stream's messages are claimed together; and at most every
+//! [`LINGER_BUSY`] while the store's writer is saturated ([`Pressure`]): in a burst of changes the
+//! deliveries' claims and records would share the writer's commits with the changes (on SQLite
+//! they cost a saturated in-app dispatch 16–28 %, against 10–13 % held back; see
+//! docs/PERFORMANCE.md), so they wait, and catch up once the burst is over.
 
 mod fan_out;
 mod recorder;
@@ -70,12 +74,60 @@ const LOOK_AGAIN: Duration = Duration::from_millis(50);
 /// a commit on SQLite, a statement of the server's CPU on PostgreSQL) at a cost of at most this
 /// much to a first attempt. A wake-up after a quiet spell reads at once.
 const LINGER: Duration = Duration::from_millis(5);
+/// The least time between two reads of the endpoints while the store's writer is saturated (see
+/// [`Pressure`]): deliveries then wait, and the writes that saturate it (dispatches) go first;
+/// the deliveries catch up once it is not.
+const LINGER_BUSY: Duration = Duration::from_millis(100);
+/// The writer counts as saturated while its batches over the last [`BUSY_WINDOW`] held this many
+/// writes on average or more (at a steady load each batch holds about one).
+const BUSY_BATCH: u64 = 8;
+const BUSY_WINDOW: Duration = Duration::from_millis(500);
+/// The longest the deliveries are held back: a writer saturated for longer is a load, not a
+/// burst, and the deliveries go at their pace again (else they would fall behind without end)
+/// until it has been unsaturated for a window.
+const HOLD_AT_MOST: Duration = Duration::from_secs(5);
 /// How long shutdown waits for sends in flight.
 const DRAIN: Duration = Duration::from_secs(20);
 /// Messages claimed between two refreshes of the outbox's statistics (PostgreSQL; see
 /// [`crate::store::Store::analyze_webhook_messages`]), at most one a [`ANALYZE_EVERY`].
 const ANALYZE_AFTER: usize = 5_000;
 const ANALYZE_EVERY: Duration = Duration::from_secs(15);
+
+/// Whether the store's writer is saturated, from its mean batch size over the last
+/// [`BUSY_WINDOW`] (`herald_store_write_operations_total` over `…_batches_total`).
+struct Pressure {
+    at: Instant,
+    batches: u64,
+    operations: u64,
+    busy: bool,
+    /// Since when the writer has been saturated without a window's pause.
+    since: Option<Instant>,
+}
+
+impl Pressure {
+    fn new() -> Self {
+        let (batches, operations, _) = crate::store::writer::batch_counts();
+        Self { at: Instant::now(), batches, operations, busy: false, since: None }
+    }
+
+    /// Whether to hold the deliveries back: the writer is saturated, and has not been for more
+    /// than [`HOLD_AT_MOST`].
+    fn busy(&mut self) -> bool {
+        if self.at.elapsed() >= BUSY_WINDOW {
+            let (batches, operations, _) = crate::store::writer::batch_counts();
+            self.observe(batches, operations);
+        }
+        self.busy && self.since.is_some_and(|since| since.elapsed() <= HOLD_AT_MOST)
+    }
+
+    /// Takes the writer's counts at the end of a window.
+    fn observe(&mut self, batches: u64, operations: u64) {
+        let (b, o) = (batches.saturating_sub(self.batches), operations.saturating_sub(self.operations));
+        self.busy = b > 0 && o >= BUSY_BATCH * b;
+        self.since = if self.busy { Some(self.since.unwrap_or_else(Instant::now)) } else { None };
+        (self.at, self.batches, self.operations) = (Instant::now(), batches, operations);
+    }
+}
 
 /// A claimed message waiting for a free send slot of its endpoint.
 struct Queued {
@@ -207,6 +259,7 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
     let mut look_at: Option<Instant> = None;
     let mut claimed_since_analyze = 0usize;
     let mut analyzed = Instant::now().checked_sub(ANALYZE_EVERY).unwrap_or_else(Instant::now);
+    let mut pressure = Pressure::new();
     loop {
         let now = state.clock.now_millis();
         while let Ok((endpoint, ended)) = finished.try_recv() {
@@ -223,9 +276,10 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                 && lane.paused_until(now).is_none()
                 && lane.room(concurrency) > 0
         });
-        if look && looked.elapsed() < LINGER {
+        let linger = if pressure.busy() { LINGER_BUSY } else { LINGER };
+        if look && looked.elapsed() < linger {
             look = false;
-            look_at = Some(look_at.map_or(looked + LINGER, |at| at.min(looked + LINGER)));
+            look_at = Some(look_at.map_or(looked + linger, |at| at.min(looked + linger)));
         }
         if look {
             (look, look_at, looked) = (false, None, Instant::now());
@@ -376,4 +430,46 @@ fn report_panic(joined: Result<(), tokio::task::JoinError>) {
     tracing::error!(panic = %message, "a webhook send panicked; its lease will run out and it will be sent again");
     metrics::counter!("herald_task_exits_total", "task" => "webhook-send", "reason" => "panicked")
         .increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{BUSY_BATCH, HOLD_AT_MOST, Pressure};
+
+    fn pressure(busy: bool, since: Option<Instant>) -> Pressure {
+        Pressure { at: Instant::now(), batches: 100, operations: 100, busy, since }
+    }
+
+    #[test]
+    fn the_writer_is_saturated_while_its_batches_are_large() {
+        let mut p = pressure(false, None);
+        // A steady load: about a write a batch.
+        p.observe(600, 650);
+        assert!(!p.busy);
+        // A burst: the writer gathers many writes into each batch.
+        p.observe(640, 650 + 40 * BUSY_BATCH);
+        assert!(p.busy);
+        let since = p.since.expect("saturated since the burst began");
+        // Still saturated: since the first such window, not the last.
+        p.observe(680, 650 + 80 * BUSY_BATCH);
+        assert!(p.busy);
+        assert_eq!(p.since, Some(since));
+        // Just under the mean that counts: the burst is over.
+        p.observe(690, 650 + 90 * BUSY_BATCH - 1);
+        assert!(!p.busy);
+        assert_eq!(p.since, None);
+        // No batch at all in a window: idle, not saturated.
+        p.observe(690, 650 + 100 * BUSY_BATCH);
+        assert!(!p.busy);
+    }
+
+    #[test]
+    fn deliveries_are_held_back_for_a_burst_not_for_a_load() {
+        assert!(pressure(true, Some(Instant::now())).busy(), "a burst holds them back");
+        let long_ago = Instant::now().checked_sub(HOLD_AT_MOST + Duration::from_secs(1)).expect("an instant");
+        assert!(!pressure(true, Some(long_ago)).busy(), "a writer saturated for longer is a load: they go");
+        assert!(!pressure(false, None).busy());
+    }
 }
