@@ -29,8 +29,8 @@
 //! paused or full), so that a steady stream's messages are claimed together; and at most every
 //! [`LINGER_BUSY`] while the store's writer is saturated ([`Pressure`]): in a burst of changes the
 //! deliveries' claims and records would share the writer's commits with the changes (on SQLite
-//! they cost a saturated in-app dispatch 16–28 %, against 10–13 % held back; see
-//! docs/PERFORMANCE.md), so they wait, and catch up once the burst is over.
+//! they cost a saturated in-app dispatch 16–28 %; held back, it loses about what the outbox
+//! alone costs: docs/PERFORMANCE.md), so they wait, and catch up once the burst is over.
 
 mod fan_out;
 mod recorder;
