@@ -99,15 +99,14 @@ struct Pressure {
     at: Instant,
     batches: u64,
     operations: u64,
-    busy: bool,
-    /// Since when the writer has been saturated without a window's pause.
+    /// Since when the writer has been saturated without a window's pause (`None`: it is not).
     since: Option<Instant>,
 }
 
 impl Pressure {
     fn new() -> Self {
         let (batches, operations, _) = crate::store::writer::batch_counts();
-        Self { at: Instant::now(), batches, operations, busy: false, since: None }
+        Self { at: Instant::now(), batches, operations, since: None }
     }
 
     /// Whether to hold the deliveries back: the writer is saturated, and has not been for more
@@ -117,14 +116,20 @@ impl Pressure {
             let (batches, operations, _) = crate::store::writer::batch_counts();
             self.observe(batches, operations);
         }
-        self.busy && self.since.is_some_and(|since| since.elapsed() <= HOLD_AT_MOST)
+        self.since.is_some_and(|since| since.elapsed() <= HOLD_AT_MOST)
+    }
+
+    /// Whether the last window found the writer saturated.
+    #[cfg(test)]
+    fn saturated(&self) -> bool {
+        self.since.is_some()
     }
 
     /// Takes the writer's counts at the end of a window.
     fn observe(&mut self, batches: u64, operations: u64) {
         let (b, o) = (batches.saturating_sub(self.batches), operations.saturating_sub(self.operations));
-        self.busy = b > 0 && o >= BUSY_BATCH * b;
-        self.since = if self.busy { Some(self.since.unwrap_or_else(Instant::now)) } else { None };
+        let saturated = b > 0 && o >= BUSY_BATCH * b;
+        self.since = if saturated { Some(self.since.unwrap_or_else(Instant::now)) } else { None };
         (self.at, self.batches, self.operations) = (Instant::now(), batches, operations);
     }
 }
@@ -438,38 +443,38 @@ mod tests {
 
     use super::{BUSY_BATCH, HOLD_AT_MOST, Pressure};
 
-    fn pressure(busy: bool, since: Option<Instant>) -> Pressure {
-        Pressure { at: Instant::now(), batches: 100, operations: 100, busy, since }
+    fn pressure(since: Option<Instant>) -> Pressure {
+        Pressure { at: Instant::now(), batches: 100, operations: 100, since }
     }
 
     #[test]
     fn the_writer_is_saturated_while_its_batches_are_large() {
-        let mut p = pressure(false, None);
+        let mut p = pressure(None);
         // A steady load: about a write a batch.
         p.observe(600, 650);
-        assert!(!p.busy);
+        assert!(!p.saturated());
         // A burst: the writer gathers many writes into each batch.
         p.observe(640, 650 + 40 * BUSY_BATCH);
-        assert!(p.busy);
+        assert!(p.saturated());
         let since = p.since.expect("saturated since the burst began");
         // Still saturated: since the first such window, not the last.
         p.observe(680, 650 + 80 * BUSY_BATCH);
-        assert!(p.busy);
+        assert!(p.saturated());
         assert_eq!(p.since, Some(since));
         // Just under the mean that counts: the burst is over.
         p.observe(690, 650 + 90 * BUSY_BATCH - 1);
-        assert!(!p.busy);
+        assert!(!p.saturated());
         assert_eq!(p.since, None);
         // No batch at all in a window: idle, not saturated.
         p.observe(690, 650 + 100 * BUSY_BATCH);
-        assert!(!p.busy);
+        assert!(!p.saturated());
     }
 
     #[test]
     fn deliveries_are_held_back_for_a_burst_not_for_a_load() {
-        assert!(pressure(true, Some(Instant::now())).busy(), "a burst holds them back");
+        assert!(pressure(Some(Instant::now())).busy(), "a burst holds them back");
         let long_ago = Instant::now().checked_sub(HOLD_AT_MOST + Duration::from_secs(1)).expect("an instant");
-        assert!(!pressure(true, Some(long_ago)).busy(), "a writer saturated for longer is a load: they go");
-        assert!(!pressure(false, None).busy());
+        assert!(!pressure(Some(long_ago)).busy(), "a writer saturated for longer is a load: they go");
+        assert!(!pressure(None).busy());
     }
 }
