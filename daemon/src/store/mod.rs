@@ -423,9 +423,9 @@ impl Store {
         let write_conn = local::open(path, synchronous_full)?;
         // The outbox's triggers insert webhook events inside the writer's transactions, and the
         // fan-out their messages: the update hook notes each. A transaction that wrote events
-        // fans them out just before its commit; the dispatcher (and, for events that fan-out
-        // could not take, the fan-out task) is woken once the batch has committed, when its
-        // reads can see them.
+        // fans them out just before its commit, unless the writer is saturated (see
+        // `fan_out::defers`); the dispatcher (and, for events left to it, the fan-out task) is
+        // woken once the batch has committed, when its reads can see them.
         let webhook_wake = Arc::new(tokio::sync::Notify::new());
         let webhook_event_wake = Arc::new(tokio::sync::Notify::new());
         let inserted = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
@@ -440,8 +440,11 @@ impl Store {
             }
         }))?;
         let events = inserted.clone();
-        let before_commit = Box::new(move |conn: &rusqlite::Connection| {
-            if events[0].load(Ordering::Relaxed) && webhooks::fan_out::fan_out_before_commit(conn) {
+        let before_commit = Box::new(move |conn: &rusqlite::Connection, works: usize| {
+            if events[0].load(Ordering::Relaxed)
+                && !webhooks::fan_out::defers(works)
+                && webhooks::fan_out::fan_out_before_commit(conn)
+            {
                 events[0].store(false, Ordering::Relaxed);
             }
         });

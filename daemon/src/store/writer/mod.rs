@@ -485,9 +485,10 @@ fn count_grouped(unit: &dyn Unit) {
 }
 
 /// What the SQLite writer runs in each of its transactions just before `COMMIT`, on its own
-/// connection (the store's: SQLite's webhook fan-out). It answers for its own failures: it must
-/// leave the transaction as its units left it.
-pub(crate) type BeforeCommit = dyn Fn(&rusqlite::Connection) + Send + Sync;
+/// connection (the store's: SQLite's webhook fan-out), told how many works the transaction
+/// wrote (a large number: the writer is saturated, its queue held that many when the batch
+/// began). It answers for its own failures: it must leave the transaction as its units left it.
+pub(crate) type BeforeCommit = dyn Fn(&rusqlite::Connection, usize) + Send + Sync;
 
 /// Runs one batch on `conn`: usually in one transaction, see [`run_transaction`]. When a unit
 /// conflicts with another writer's transaction (PostgreSQL broke a deadlock between them), the
@@ -624,7 +625,7 @@ async fn run_transaction(
     if broken.is_none()
         && let (Some(before_commit), Conn::Local(c)) = (before_commit, &mut *conn)
     {
-        before_commit(c);
+        before_commit(c, ran.iter().map(|(unit, _)| unit.len()).sum());
     }
     let commit = match &broken {
         None => super::execute!(conn, "COMMIT").map_err(|e| e.to_string()),

@@ -91,6 +91,22 @@ fn a_failing_operation_leaves_nothing_and_takes_nothing_with_it() {
     assert_eq!(stored(&conn), [3, 5, 7, 8, 9]);
 }
 
+/// What runs before the commit is told how many works the transaction wrote (the fan-out of
+/// webhook events leaves a saturated writer's to its task): the works that ran, a group's each.
+#[test]
+fn before_commit_is_told_how_many_works_the_transaction_wrote() {
+    use std::sync::{Arc, Mutex};
+    let mut conn = table();
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let noted = told.clone();
+    let before_commit: Box<BeforeCommit> = Box::new(move |_, works| noted.lock().unwrap().push(works));
+    let (jobs, answers): (Vec<_>, Vec<_>) =
+        vec![typed(1), typed(2), closure(10, false), typed(3)].into_iter().unzip();
+    block_on(run_batch(&mut Conn::Local(&mut conn), "BEGIN IMMEDIATE", jobs, Some(&*before_commit)));
+    assert!(answers.into_iter().all(|a| block_on(a).is_ok_and(|a| a.is_ok())));
+    assert_eq!(*told.lock().unwrap(), [4]);
+}
+
 #[test]
 fn an_operation_whose_caller_has_gone_is_not_run() {
     let mut conn = table();
@@ -126,7 +142,7 @@ fn file_writer(dir: &std::path::Path) -> WriterHandle<TestLanes> {
     runtime::spawn_sqlite(
         conn,
         crate::store::local::open(&path, false).unwrap(),
-        Box::new(|_| {}),
+        Box::new(|_, _| {}),
         Box::new(|| {}),
     )
     .unwrap()
