@@ -381,3 +381,73 @@ async fn a_failed_fan_out_leaves_its_events_to_the_fan_out_task() {
     assert_eq!(backend.count(&url, "SELECT COUNT(*) FROM webhook_messages").await, 6);
     store.close().await;
 }
+
+/// A notification's event keeps only what can change after it (migration 0019: `{}` for a new
+/// notification, the failure fields once there are some); the claim completes it from the
+/// notification, with the event type's status. An event written whole before that migration is
+/// claimed as it was.
+async fn a_notification_event_is_stored_compact_and_claimed_whole(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    let endpoint = add_endpoint(&store, &tenant, None).await;
+    let notification = |id: &str, status: &str, reason: &str, retryable: &str, retries: i64| {
+        format!(
+            "INSERT INTO notifications (id, tenant_id, application_id, channel, recipient, recipient_masked, body,
+                                        status, failure_reason, retryable, retry_count, created_at, updated_at, category)
+             VALUES ('{id}', '{tenant}', 'app_shop', 'in_app', 'user_1', 'u****1', 'Hi', '{status}', {reason},
+                     {retryable}, {retries}, 5, 7, 'billing')"
+        )
+    };
+    let legacy = r#"{"transaction_id":"ntf_old","application_id":"app_shop","application_name":"Old name","channel":"sms","recipient_masked":"+14*******00","status":"sent","failure_reason":null,"retryable":0,"retry_count":0,"created_at":1,"category":null}"#;
+    backend
+        .execute(
+            &url,
+            &[
+                format!("INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_shop', '{tenant}', 'Shop', 1)"),
+                notification("ntf_new", "delivered", "NULL", "FALSE", 0),
+                notification("ntf_failed", "failed", "'550 no such user'", "TRUE", 2),
+                format!(
+                    "INSERT INTO webhook_events (tenant_id, application_id, event_type, subject_id, data, occurred_at)
+                     VALUES ('{tenant}', 'app_shop', 'notification.sent', 'ntf_old', '{legacy}', 3)"
+                ),
+            ],
+        )
+        .await;
+    assert_eq!(
+        backend
+            .count(&url, "SELECT COUNT(*) FROM webhook_events WHERE subject_id = 'ntf_new' AND data = '{}'")
+            .await,
+        1,
+        "a new notification's event holds nothing the notification does not"
+    );
+    store.fan_out_webhook_events(256).await.unwrap();
+    let claimed = claim(&store, &endpoint, i64::MAX / 2, "l").await;
+    let data = |subject: &str| -> serde_json::Value {
+        let message = claimed.iter().find(|m| m.subject_id == subject).unwrap_or_else(|| panic!("{subject}"));
+        serde_json::from_str(&message.data).unwrap()
+    };
+    let new = data("ntf_new");
+    assert_eq!(new["transaction_id"], "ntf_new");
+    assert_eq!(new["application_id"], "app_shop");
+    assert_eq!(new["application_name"], "Shop");
+    assert_eq!(new["channel"], "in_app");
+    assert_eq!(new["recipient_masked"], "u****1");
+    assert_eq!(new["status"], "delivered");
+    assert!(new["failure_reason"].is_null(), "{new}");
+    assert!(new["retryable"] == false || new["retryable"] == 0, "{new}");
+    assert_eq!(new["retry_count"], 0);
+    assert_eq!(new["created_at"], 5);
+    assert_eq!(new["category"], "billing");
+    let failed = data("ntf_failed");
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["failure_reason"], "550 no such user");
+    assert!(failed["retryable"] == true || failed["retryable"] == 1, "{failed}");
+    assert_eq!(failed["retry_count"], 2);
+    let old = data("ntf_old");
+    assert_eq!(old, serde_json::from_str::<serde_json::Value>(legacy).unwrap(), "claimed as it was written");
+    store.close().await;
+}
+both_backends!(
+    a_notification_event_is_stored_compact_and_claimed_whole_on_each_backend,
+    a_notification_event_is_stored_compact_and_claimed_whole
+);

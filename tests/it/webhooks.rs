@@ -387,7 +387,23 @@ async fn events_follow_notifications_otps_and_suppressions(backend: Backend) {
     let failure = find("notification.failed", failed.as_str());
     assert!(failure.body["data"]["failure_reason"].as_str().unwrap().contains("550"));
     assert!(!failure.body.to_string().contains("bad@example.com"));
-    find("notification.delivered", inbox.notification_id.as_str());
+    // The event row keeps only what can change after it (nothing yet: `{}`); the claim reads the
+    // rest from the notification, so the body is the whole activity item all the same.
+    let delivered = find("notification.delivered", inbox.notification_id.as_str());
+    let stored = format!(
+        "SELECT COUNT(*) FROM webhook_events WHERE subject_id = '{}' AND data = '{{}}'",
+        inbox.notification_id
+    );
+    assert_eq!(backend.count(&d.database_url, &stored).await, 1, "the in-app event is stored compact");
+    let data = &delivered.body["data"];
+    assert_eq!(data["application_id"], boot.application_id.as_str());
+    assert!(!data["application_name"].as_str().unwrap().is_empty(), "{data}");
+    assert_eq!(data["channel"], "in_app", "{data}");
+    assert_eq!(data["status"], "delivered", "{data}");
+    assert_eq!(data["recipient_masked"], "u****1", "{data}");
+    assert!(data["failure_reason"].is_null(), "{data}");
+    assert_eq!(data["retryable"], false, "{data}");
+    assert_eq!(data["retry_count"], 0, "{data}");
     let stop = find("notification.suppressed", suppressed.as_str());
     assert!(stop.body["data"]["failure_reason"].as_str().unwrap().starts_with("recipient suppressed"));
     find("otp.verified", otp.transaction_id.as_str());

@@ -31,7 +31,9 @@ pub struct ClaimedMessage {
     pub event_type: EventType,
     pub subject_id: String,
     pub event_id: i64,
-    /// The snapshot the triggers took (JSON).
+    /// The snapshot the triggers took (JSON); for a notification, what can change after it (its
+    /// failure reason, retryable, retry count) completed by the claim from the notification
+    /// (migration 0019).
     pub data: String,
     /// The body, once a first attempt has rendered it.
     pub body: Option<String>,
@@ -94,7 +96,18 @@ const CLAIM_SQLITE: &str = "UPDATE webhook_messages SET next_attempt_at = $3, le
                              AND p.status = 'pending' AND p.id < m.id)
          ORDER BY m.next_attempt_at, m.id LIMIT $5)
      RETURNING id, created_at, attempts, event_type, subject_id, event_id,
-               (SELECT v.data FROM webhook_events v WHERE v.id = webhook_messages.event_id) AS data,
+               (SELECT COALESCE(CASE WHEN v.event_type LIKE 'notification.%'
+                                      AND json_extract(v.data, '$.transaction_id') IS NULL THEN (
+                         SELECT json_object('transaction_id', n.id, 'application_id', n.application_id,
+                                    'application_name', (SELECT a.name FROM applications a WHERE a.id = n.application_id),
+                                    'channel', n.channel, 'recipient_masked', n.recipient_masked,
+                                    'status', substr(v.event_type, 14),
+                                    'failure_reason', json_extract(v.data, '$.failure_reason'),
+                                    'retryable', COALESCE(json_extract(v.data, '$.retryable'), 0),
+                                    'retry_count', COALESCE(json_extract(v.data, '$.retry_count'), 0),
+                                    'created_at', n.created_at, 'category', n.category)
+                         FROM notifications n WHERE n.id = v.subject_id) END, v.data)
+                FROM webhook_events v WHERE v.id = webhook_messages.event_id) AS data,
                (SELECT v.body FROM webhook_events v WHERE v.id = webhook_messages.event_id) AS body,
                (SELECT v.occurred_at FROM webhook_events v WHERE v.id = webhook_messages.event_id) AS occurred_at";
 
@@ -114,7 +127,8 @@ const CLAIM_SQLITE: &str = "UPDATE webhook_messages SET next_attempt_at = $3, le
 /// sort of 4,850 rows, 32 ms) rather than walk the due index until `LIMIT`; an inequality is
 /// estimated at a third. As `NOT EXISTS` with `ORDER BY next_attempt_at, id`, one claim
 /// over 20,000 due messages planned a nested loop over every pending message per candidate
-/// and ran for minutes. The claimed messages come back with their events in the same statement.
+/// and ran for minutes. The claimed messages come back with their events in the same statement
+/// (a notification's completed from the notification: migration 0019).
 const CLAIM_POSTGRES: &str = "WITH claimed AS (
          UPDATE webhook_messages SET next_attempt_at = $3, lease = $4, updated_at = $2
          WHERE id IN (
@@ -125,7 +139,15 @@ const CLAIM_POSTGRES: &str = "WITH claimed AS (
                            ORDER BY p.endpoint_id, p.subject_id, p.id LIMIT 1)
              ORDER BY m.next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED)
          RETURNING id, created_at, attempts, event_type, subject_id, event_id)
-     SELECT c.id, c.created_at, c.attempts, c.event_type, c.subject_id, v.id AS event_id, v.data, v.body, v.occurred_at
+     SELECT c.id, c.created_at, c.attempts, c.event_type, c.subject_id, v.id AS event_id,
+            COALESCE(CASE WHEN v.event_type LIKE 'notification.%' AND NOT (v.data::jsonb ? 'transaction_id') THEN (
+                SELECT herald_webhook_item(n.id, n.application_id, n.channel, n.recipient_masked,
+                                           substr(v.event_type, 14), v.data::jsonb ->> 'failure_reason',
+                                           COALESCE((v.data::jsonb ->> 'retryable')::boolean, FALSE),
+                                           COALESCE((v.data::jsonb ->> 'retry_count')::bigint, 0),
+                                           n.created_at, n.category)
+                FROM notifications n WHERE n.id = v.subject_id) END, v.data) AS data,
+            v.body, v.occurred_at
      FROM claimed c JOIN webhook_events v ON v.id = c.event_id ORDER BY c.id";
 
 /// Moves due messages that wait behind an earlier pending message about the same subject, which
