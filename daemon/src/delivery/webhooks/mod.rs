@@ -82,10 +82,13 @@ const LINGER_BUSY: Duration = Duration::from_millis(100);
 /// writes on average or more (at a steady load each batch holds about one).
 const BUSY_BATCH: u64 = 8;
 const BUSY_WINDOW: Duration = Duration::from_millis(500);
-/// The longest the deliveries are held back: a writer saturated for longer is a load, not a
-/// burst, and the deliveries go at their pace again (else they would fall behind without end)
-/// until it has been unsaturated for a window.
-const HOLD_AT_MOST: Duration = Duration::from_secs(5);
+/// The longest a due message is held back: once the oldest due message (of the endpoints not
+/// paused) has waited this long, the deliveries go at their pace again until it has not, so a
+/// writer saturated for longer (a load, not a burst) delays first attempts by about this much,
+/// and never without end. (Bounded by how long the writer had been saturated instead, the
+/// hold-back ended for good a few seconds into a load: a burst after a busy spell was not held
+/// back at all.)
+const HOLD_AT_MOST_MS: i64 = 5_000;
 /// How long shutdown waits for sends in flight.
 const DRAIN: Duration = Duration::from_secs(20);
 /// Messages claimed between two refreshes of the outbox's statistics (PostgreSQL; see
@@ -99,37 +102,31 @@ struct Pressure {
     at: Instant,
     batches: u64,
     operations: u64,
-    /// Since when the writer has been saturated without a window's pause (`None`: it is not).
-    since: Option<Instant>,
+    /// Whether the last window found the writer saturated.
+    saturated: bool,
 }
 
 impl Pressure {
     fn new() -> Self {
         let (batches, operations, _) = crate::store::writer::batch_counts();
-        Self { at: Instant::now(), batches, operations, since: None }
+        Self { at: Instant::now(), batches, operations, saturated: false }
     }
 
-    /// Whether to hold the deliveries back: the writer is saturated, and has not been for more
-    /// than [`HOLD_AT_MOST`].
-    fn busy(&mut self) -> bool {
+    /// Whether to hold the deliveries back at `now` (ms), the oldest due message having been
+    /// due since `oldest_due`: the writer is saturated, and that message has not waited
+    /// [`HOLD_AT_MOST_MS`].
+    fn holds(&mut self, oldest_due: Option<i64>, now: i64) -> bool {
         if self.at.elapsed() >= BUSY_WINDOW {
             let (batches, operations, _) = crate::store::writer::batch_counts();
             self.observe(batches, operations);
         }
-        self.since.is_some_and(|since| since.elapsed() <= HOLD_AT_MOST)
-    }
-
-    /// Whether the last window found the writer saturated.
-    #[cfg(test)]
-    fn saturated(&self) -> bool {
-        self.since.is_some()
+        self.saturated && oldest_due.is_none_or(|due| now - due < HOLD_AT_MOST_MS)
     }
 
     /// Takes the writer's counts at the end of a window.
     fn observe(&mut self, batches: u64, operations: u64) {
         let (b, o) = (batches.saturating_sub(self.batches), operations.saturating_sub(self.operations));
-        let saturated = b > 0 && o >= BUSY_BATCH * b;
-        self.since = if saturated { Some(self.since.unwrap_or_else(Instant::now)) } else { None };
+        self.saturated = b > 0 && o >= BUSY_BATCH * b;
         (self.at, self.batches, self.operations) = (Instant::now(), batches, operations);
     }
 }
@@ -281,7 +278,9 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                 && lane.paused_until(now).is_none()
                 && lane.room(concurrency) > 0
         });
-        let linger = if pressure.busy() { LINGER_BUSY } else { LINGER };
+        let oldest_due =
+            lanes.values().filter(|lane| lane.paused_until(now).is_none()).filter_map(|lane| lane.due).min();
+        let linger = if pressure.holds(oldest_due, now) { LINGER_BUSY } else { LINGER };
         if look && looked.elapsed() < linger {
             look = false;
             look_at = Some(look_at.map_or(looked + linger, |at| at.min(looked + linger)));
@@ -439,42 +438,46 @@ fn report_panic(joined: Result<(), tokio::task::JoinError>) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
-    use super::{BUSY_BATCH, HOLD_AT_MOST, Pressure};
+    use super::{BUSY_BATCH, HOLD_AT_MOST_MS, Pressure};
 
-    fn pressure(since: Option<Instant>) -> Pressure {
-        Pressure { at: Instant::now(), batches: 100, operations: 100, since }
+    fn pressure(saturated: bool) -> Pressure {
+        Pressure { at: Instant::now(), batches: 100, operations: 100, saturated }
     }
 
     #[test]
     fn the_writer_is_saturated_while_its_batches_are_large() {
-        let mut p = pressure(None);
+        let mut p = pressure(false);
         // A steady load: about a write a batch.
         p.observe(600, 650);
-        assert!(!p.saturated());
+        assert!(!p.saturated);
         // A burst: the writer gathers many writes into each batch.
         p.observe(640, 650 + 40 * BUSY_BATCH);
-        assert!(p.saturated());
-        let since = p.since.expect("saturated since the burst began");
-        // Still saturated: since the first such window, not the last.
+        assert!(p.saturated);
         p.observe(680, 650 + 80 * BUSY_BATCH);
-        assert!(p.saturated());
-        assert_eq!(p.since, Some(since));
+        assert!(p.saturated);
         // Just under the mean that counts: the burst is over.
         p.observe(690, 650 + 90 * BUSY_BATCH - 1);
-        assert!(!p.saturated());
-        assert_eq!(p.since, None);
+        assert!(!p.saturated);
         // No batch at all in a window: idle, not saturated.
         p.observe(690, 650 + 100 * BUSY_BATCH);
-        assert!(!p.saturated());
+        assert!(!p.saturated);
     }
 
+    /// Held back while the writer is saturated, but no message longer than [`HOLD_AT_MOST_MS`]:
+    /// however long the writer has been saturated, a message due since a moment is held back,
+    /// and one that has waited that long lets them go.
     #[test]
-    fn deliveries_are_held_back_for_a_burst_not_for_a_load() {
-        assert!(pressure(Some(Instant::now())).busy(), "a burst holds them back");
-        let long_ago = Instant::now().checked_sub(HOLD_AT_MOST + Duration::from_secs(1)).expect("an instant");
-        assert!(!pressure(Some(long_ago)).busy(), "a writer saturated for longer is a load: they go");
-        assert!(!pressure(None).busy());
+    fn deliveries_are_held_back_at_most_a_few_seconds_each() {
+        let now = 1_000_000;
+        assert!(pressure(true).holds(Some(now - 1_000), now), "a burst holds them back");
+        assert!(pressure(true).holds(None, now), "nothing due yet: its first reads wait too");
+        assert!(
+            !pressure(true).holds(Some(now - HOLD_AT_MOST_MS), now),
+            "a message waited long enough: they go"
+        );
+        assert!(!pressure(false).holds(Some(now - 1_000), now), "not saturated: nothing is held back");
+        assert!(!pressure(false).holds(None, now));
     }
 }
