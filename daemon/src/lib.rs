@@ -135,6 +135,8 @@ fn start_tasks(
     // PostgreSQL fans webhook events out in the change's statement (migration 0017).
     if state.store.engine() == store::Engine::Sqlite {
         task!("webhook-fan-out", delivery::webhooks::run_fan_out);
+    } else {
+        task!("webhook-statistics", delivery::webhooks::run_statistics);
     }
     task!("housekeeping", service::housekeeping);
     task!("domain-checks", service::domains::run_checks);

@@ -451,3 +451,68 @@ both_backends!(
     a_notification_event_is_stored_compact_and_claimed_whole_on_each_backend,
     a_notification_event_is_stored_compact_and_claimed_whole
 );
+
+/// PostgreSQL's plan of the fan-out's probe for a subject's pending messages, for a burst of
+/// 20,000 to `whe_new` (the probe runs once per event of a dispatch).
+async fn probe_plan(url: &str) -> String {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    let lines: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT (SELECT MAX(+p.next_attempt_at) FROM webhook_messages p
+                         WHERE p.endpoint_id = e.id AND p.subject_id = v.s AND p.status = 'pending'
+                           AND p.lease IS NULL)
+         FROM (VALUES ('whe_new')) e(id), (SELECT 'ntf_' || md5(g::TEXT) s FROM generate_series(30000, 30016) g) v",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    lines.join("\n")
+}
+
+/// The planner knows only the endpoints that had messages at the last `ANALYZE`, and takes any
+/// other for an endpoint with one message: a burst to it had each event's probe for its
+/// subject's pending messages walk all of them, on the index keyed on the endpoint alone. Once
+/// enough rows changed, `refresh_webhook_statistics` gathers them again, and the probe goes to
+/// the index keyed on the subject too. (SQLite has nothing to refresh.)
+async fn the_outbox_statistics_follow_a_burst(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _tenant, url) = open(backend, dir.path()).await;
+    if backend == Backend::Sqlite {
+        assert!(!store.refresh_webhook_statistics(0).await.unwrap());
+        store.close().await;
+        return;
+    }
+    let fill = |endpoint: &str, count: i64| {
+        format!(
+            "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status, next_attempt_at,
+                                           created_at, updated_at)
+             SELECT '{endpoint}', g, 'notification.delivered', 'ntf_' || md5(g::TEXT), 'pending', 1000 + g, 1, 1
+             FROM generate_series(1, {count}) g"
+        )
+    };
+    backend
+        .execute(
+            &url,
+            &[
+                fill("whe_old", 5_000),
+                "ANALYZE webhook_messages".to_owned(),
+                "DELETE FROM webhook_messages".to_owned(),
+                fill("whe_new", 20_000),
+            ],
+        )
+        .await;
+    let before = probe_plan(&url).await;
+    assert!(before.contains("webhook_messages_due"), "the hazard, reproduced:\n{before}");
+    assert!(!store.refresh_webhook_statistics(1_000_000).await.unwrap(), "fewer rows changed than asked for");
+    // The server counts a connection's changes when it reports them (at the latest as it ends).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !store.refresh_webhook_statistics(1_000).await.unwrap() {
+        assert!(std::time::Instant::now() < deadline, "the changed rows were never counted");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let after = probe_plan(&url).await;
+    assert!(after.contains("webhook_messages_order"), "{after}");
+    assert!(!store.refresh_webhook_statistics(1_000).await.unwrap(), "nothing changed since");
+    store.close().await;
+}
+both_backends!(the_outbox_statistics_follow_a_burst_on_each_backend, the_outbox_statistics_follow_a_burst);

@@ -20,6 +20,7 @@
 //!
 //! The messages are made with the change that wrote their event (PostgreSQL in its statement,
 //! SQLite just before its commit); on SQLite the [`fan_out`] task makes those that could not be.
+//! On PostgreSQL the [`statistics`] task keeps the planner's view of the outbox fresh.
 //! Each attempt is [`send`]'s.
 //!
 //! The dispatcher wakes when messages are inserted (the store's webhook wake-up: SQLite's update
@@ -35,6 +36,7 @@
 mod fan_out;
 mod recorder;
 mod send;
+mod statistics;
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -46,7 +48,7 @@ use herald_common::ids::WebhookEndpointId;
 use tokio::{sync::mpsc, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 
-pub use self::{fan_out::run_fan_out, send::http_client};
+pub use self::{fan_out::run_fan_out, send::http_client, statistics::run_statistics};
 use self::{
     recorder::Recorder,
     send::{Done, Meters, Send, Sender, Target},
@@ -91,10 +93,6 @@ const BUSY_WINDOW: Duration = Duration::from_millis(500);
 const HOLD_AT_MOST_MS: i64 = 5_000;
 /// How long shutdown waits for sends in flight.
 const DRAIN: Duration = Duration::from_secs(20);
-/// Messages claimed between two refreshes of the outbox's statistics (PostgreSQL; see
-/// [`crate::store::Store::analyze_webhook_messages`]), at most one a [`ANALYZE_EVERY`].
-const ANALYZE_AFTER: usize = 5_000;
-const ANALYZE_EVERY: Duration = Duration::from_secs(15);
 
 /// Whether the store's writer is saturated, from its mean batch size over the last
 /// [`BUSY_WINDOW`] (`herald_store_write_operations_total` over `…_batches_total`).
@@ -259,8 +257,6 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
     let mut looked = Instant::now().checked_sub(LOOK_AGAIN).unwrap_or_else(Instant::now);
     // A read wanted but put off ([`LINGER`], [`LOOK_AGAIN`]): when it is due.
     let mut look_at: Option<Instant> = None;
-    let mut claimed_since_analyze = 0usize;
-    let mut analyzed = Instant::now().checked_sub(ANALYZE_EVERY).unwrap_or_else(Instant::now);
     let mut pressure = Pressure::new();
     loop {
         let now = state.clock.now_millis();
@@ -345,16 +341,6 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                 if claimed.is_empty() {
                     lane.stalled_until = Some(now + millis(STALL));
                     continue;
-                }
-                claimed_since_analyze += claimed.len();
-                if claimed_since_analyze >= ANALYZE_AFTER && analyzed.elapsed() >= ANALYZE_EVERY {
-                    (claimed_since_analyze, analyzed) = (0, Instant::now());
-                    let store = state.store.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = store.analyze_webhook_messages().await {
-                            tracing::warn!(error = %e, "cannot refresh the webhook outbox's statistics");
-                        }
-                    });
                 }
                 // After a full claim more may be due; after one that took less, the rest is
                 // learnt of by the next read (a wake-up, an ended send, the timer).
