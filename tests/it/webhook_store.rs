@@ -348,7 +348,8 @@ async fn events_are_fanned_out_once_in_order(backend: Backend) {
 both_backends!(events_are_fanned_out_once_in_order_on_each_backend, events_are_fanned_out_once_in_order);
 
 /// SQLite: when the fan-out in the change's transaction fails, the change commits with its events
-/// all the same, and the fan-out task makes their messages afterwards, once each.
+/// all the same, and the fan-out task makes their messages afterwards, once each, for the
+/// endpoints that existed when they occurred.
 #[tokio::test]
 async fn a_failed_fan_out_leaves_its_events_to_the_fan_out_task() {
     let dir = tempfile::tempdir().unwrap();
@@ -374,11 +375,23 @@ async fn a_failed_fan_out_leaves_its_events_to_the_fan_out_task() {
     assert_eq!(backend.count(&url, "SELECT COUNT(*) FROM suppressions").await, 5);
     assert_eq!(backend.count(&url, "SELECT COUNT(*) FROM webhook_events").await, 6);
     assert_eq!(backend.count(&url, "SELECT COUNT(*) FROM webhook_messages").await, 1);
+    // An endpoint added after the events (they occurred at 10–14) gets none of them.
+    let late = add_endpoint(&store, &tenant, None).await;
+    backend
+        .execute(&url, &[format!("UPDATE webhook_endpoints SET created_at = 1000 WHERE id = '{late}'")])
+        .await;
     backend.execute(&url, &["DROP TRIGGER refuse_messages".to_owned()]).await;
     // The test event's own transaction moved the cursor past it.
     assert_eq!(store.fan_out_webhook_events(256).await.unwrap(), 5);
     assert_eq!(store.fan_out_webhook_events(256).await.unwrap(), 0);
     assert_eq!(backend.count(&url, "SELECT COUNT(*) FROM webhook_messages").await, 6);
+    assert_eq!(
+        backend
+            .count(&url, &format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{late}'"))
+            .await,
+        0,
+        "no event from before the endpoint was added"
+    );
     store.close().await;
 }
 
