@@ -491,7 +491,7 @@ async fn the_outbox_statistics_follow_a_burst(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let (store, _tenant, url) = open(backend, dir.path()).await;
     if backend == Backend::Sqlite {
-        assert!(!store.refresh_webhook_statistics(0).await.unwrap());
+        assert!(!store.refresh_webhook_statistics(0, 0.0).await.unwrap());
         store.close().await;
         return;
     }
@@ -516,16 +516,27 @@ async fn the_outbox_statistics_follow_a_burst(backend: Backend) {
         .await;
     let before = probe_plan(&url).await;
     assert!(before.contains("webhook_messages_due"), "the hazard, reproduced:\n{before}");
-    assert!(!store.refresh_webhook_statistics(1_000_000).await.unwrap(), "fewer rows changed than asked for");
     // The server counts a connection's changes when it reports them (at the latest as it ends).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !store.refresh_webhook_statistics(1_000).await.unwrap() {
+    let changed =
+        "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relid = 'webhook_messages'::regclass";
+    while backend.count(&url, changed).await < 25_000 {
         assert!(std::time::Instant::now() < deadline, "the changed rows were never counted");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+    // 25,000 rows changed since statistics that counted 5,000 (nowhere near 100,000, nor 100 times 5,000).
+    assert!(
+        !store.refresh_webhook_statistics(100_000, 0.0).await.unwrap(),
+        "fewer rows changed than asked for"
+    );
+    assert!(
+        !store.refresh_webhook_statistics(1_000, 100.0).await.unwrap(),
+        "a smaller share of the table than asked for"
+    );
+    assert!(store.refresh_webhook_statistics(1_000, 0.05).await.unwrap());
     let after = probe_plan(&url).await;
     assert!(after.contains("webhook_messages_order"), "{after}");
-    assert!(!store.refresh_webhook_statistics(1_000).await.unwrap(), "nothing changed since");
+    assert!(!store.refresh_webhook_statistics(1_000, 0.0).await.unwrap(), "nothing changed since");
     store.close().await;
 }
 both_backends!(the_outbox_statistics_follow_a_burst_on_each_backend, the_outbox_statistics_follow_a_burst);

@@ -8,7 +8,7 @@ use herald_common::{
 };
 
 use super::fail_pending;
-use crate::store::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
+use crate::store::{Conn, Engine, Store, StoreResult, execute, fetch};
 
 /// An enabled endpoint and when its first pending message is due (`None`: nothing pending).
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -183,9 +183,9 @@ impl Store {
         )
     }
 
-    /// Refreshes PostgreSQL's statistics of the outbox if at least `changed` of its rows were
-    /// written since they were last gathered (by this daemon, another, or autovacuum); whether it
-    /// did (never on SQLite). The planner knows only the endpoints that had messages at the last
+    /// Refreshes PostgreSQL's statistics of the outbox if at least `changed` rows, and
+    /// `share_of_rows` of the rows they counted, were written since they were last gathered (by
+    /// this daemon, another, or autovacuum); whether it did (never on SQLite). The planner knows only the endpoints that had messages at the last
     /// `ANALYZE` and takes any other for one with a single message; and the plans a connection
     /// cached while the table was small (the PostgreSQL fan-out trigger's, planned once per
     /// connection) stay until the statistics change. A burst fills `webhook_messages` in seconds,
@@ -196,18 +196,22 @@ impl Store {
     /// the endpoint (`auto_explain`: 9,000–17,000 rows filtered for each event of a dispatch, a
     /// claim of 24 messages 29 ms). `ANALYZE` reads a sample of at most 30,000 rows, whatever
     /// the table's size, and invalidates the cached plans.
-    pub async fn refresh_webhook_statistics(&self, changed: i64) -> StoreResult<bool> {
+    pub async fn refresh_webhook_statistics(&self, changed: i64, share_of_rows: f64) -> StoreResult<bool> {
         if self.engine() != Engine::Postgres {
             return Ok(false);
         }
         let mut conn = self.read().await?;
-        let since: Option<i64> = scalar!(
+        // `reltuples` is -1 before the first `ANALYZE`.
+        let since: Option<(i64, f64)> = fetch!(
             &mut conn.conn(),
             fetch_optional,
-            i64,
-            "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relid = 'webhook_messages'::regclass"
+            (i64, f64),
+            "SELECT s.n_mod_since_analyze, GREATEST(c.reltuples, 0)::FLOAT8
+             FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+             WHERE s.relid = 'webhook_messages'::regclass"
         )?;
-        if since.unwrap_or(0) < changed {
+        let Some((since, rows)) = since else { return Ok(false) };
+        if since < changed || (since as f64) < rows * share_of_rows {
             return Ok(false);
         }
         execute!(&mut conn.conn(), "ANALYZE webhook_messages")?;
