@@ -1,10 +1,10 @@
 //! PostgreSQL's outbox statistics, kept as fresh as the outbox: every [`LOOK_EVERY`] the task asks
 //! the server how many of `webhook_messages`' rows were written since they were last gathered,
-//! and from [`CHANGED`] on, and a [`SHARE_OF_ROWS`] of the table, gathers them again (the
+//! and once they are [`CHANGED`] and a [`SHARE_OF_ROWS`] of the table, gathers them again (the
 //! store's `refresh_webhook_statistics` says why: a burst to an endpoint the statistics do not
-//! know was planned as one message). The
-//! server's own counters decide, so daemons sharing a database do not analyze it once each
-//! (they lag by up to a second: a busy backend reports its counts at most once a second).
+//! know was planned as one message). The server's own counters decide, so daemons sharing a
+//! database do not analyze it once each (they lag by up to a second: a busy backend reports its
+//! counts at most once a second).
 //! An `ANALYZE` reads a bounded sample; after one, the task waits [`SHARE`] times as long as
 //! it took, and at least [`AFTER_ANALYZE`], so it never takes more than a small share of the
 //! server. (SQLite plans from its own heuristics: the task does not run there.)

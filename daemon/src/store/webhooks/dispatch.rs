@@ -185,10 +185,11 @@ impl Store {
 
     /// Refreshes PostgreSQL's statistics of the outbox if at least `changed` rows, and
     /// `share_of_rows` of the rows they counted, were written since they were last gathered (by
-    /// this daemon, another, or autovacuum); whether it did (never on SQLite). The planner knows only the endpoints that had messages at the last
-    /// `ANALYZE` and takes any other for one with a single message; and the plans a connection
-    /// cached while the table was small (the PostgreSQL fan-out trigger's, planned once per
-    /// connection) stay until the statistics change. A burst fills `webhook_messages` in seconds,
+    /// this daemon, another, or autovacuum); whether it did (never on SQLite). The planner knows
+    /// only the endpoints that had messages at the last `ANALYZE` and takes any other for one
+    /// with a single message; and the plans a connection cached while the table was small (the
+    /// PostgreSQL fan-out trigger's, planned once per connection) stay until the statistics
+    /// change. A burst fills `webhook_messages` in seconds,
     /// faster than autovacuum looks (once a minute, if it runs at all), and until then a new
     /// endpoint's burst was planned as one message: the probes for a subject's pending messages
     /// (`endpoint_id = … AND subject_id = …`: the fan-out's, the claim's) went to
