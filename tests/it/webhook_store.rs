@@ -540,3 +540,31 @@ async fn the_outbox_statistics_follow_a_burst(backend: Backend) {
     store.close().await;
 }
 both_backends!(the_outbox_statistics_follow_a_burst_on_each_backend, the_outbox_statistics_follow_a_burst);
+
+/// PostgreSQL: the notification triggers' `herald_webhook_changes` is planned as its expression
+/// (migration 0020). Declared IMMUTABLE over a STABLE `json_build_object`, it was not inlined,
+/// and each event row went through the SQL function executor (5x the expression's time). (SQLite
+/// builds the same JSON in its trigger.)
+async fn the_notification_event_changes_are_inlined(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _tenant, url) = open(backend, dir.path()).await;
+    if backend == Backend::Postgres {
+        use sqlx::Connection as _;
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        let plan: Vec<String> = sqlx::query_scalar(
+            "EXPLAIN VERBOSE SELECT herald_webhook_changes(n.failure_reason, n.retryable, n.retry_count)
+             FROM notifications n",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let plan = plan.join("\n");
+        assert!(!plan.contains("herald_webhook_changes("), "called, not inlined:\n{plan}");
+        assert!(plan.contains("CASE WHEN"), "{plan}");
+    }
+    store.close().await;
+}
+both_backends!(
+    the_notification_event_changes_are_inlined_on_each_backend,
+    the_notification_event_changes_are_inlined
+);
