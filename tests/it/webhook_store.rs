@@ -568,3 +568,171 @@ both_backends!(
     the_notification_event_changes_are_inlined_on_each_backend,
     the_notification_event_changes_are_inlined
 );
+
+/// The most buffers any node of PostgreSQL's plan for `sql` touched (a node counts its
+/// children's, so this is the statement's total outside its planning), run in a transaction
+/// rolled back; `generic`: from the plan a prepared statement caches after five calls.
+async fn buffers_touched(
+    url: &str,
+    sql: &str,
+    bind: impl Fn(
+        sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    generic: bool,
+) -> (u64, String) {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    let mode = if generic { "force_generic_plan" } else { "force_custom_plan" };
+    sqlx::query(sqlx::AssertSqlSafe(format!("SET LOCAL plan_cache_mode = {mode}")))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let explain = format!("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {sql}");
+    let plan: Vec<String> = bind(sqlx::query(sqlx::AssertSqlSafe(explain)))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| sqlx::Row::get::<String, _>(&row, 0))
+        .collect();
+    tx.rollback().await.unwrap();
+    let plan = plan.join("\n");
+    let mut most = 0;
+    let mut planning = false;
+    for line in plan.lines() {
+        planning |= line.trim_start().starts_with("Planning");
+        let Some(buffers) = line.split("Buffers: shared ").nth(1).filter(|_| !planning) else { continue };
+        let touched: u64 = buffers
+            .split_whitespace()
+            .filter_map(|part| {
+                part.split_once('=').and_then(|(kind, n)| {
+                    matches!(kind, "hit" | "read")
+                        .then(|| n.trim_end_matches(',').parse::<u64>().ok())
+                        .flatten()
+                })
+            })
+            .sum();
+        most = most.max(touched);
+    }
+    (most, plan)
+}
+
+/// Removing an endpoint removes its messages. Statistics gathered after that (the statistics
+/// task's `ANALYZE`) say the outbox is empty while its indexes still hold every dead entry,
+/// until a vacuum (autovacuum is on by default; this server may have it off), and every index
+/// path then costs the planner one page. A claim or a settlement that found its messages by id
+/// went through `webhook_messages_by_endpoint` and read it whole (42,000 buffers, 108 ms a claim
+/// of 32 here; a new endpoint's first deliveries stalled up to a second in the bench,
+/// docs/PERFORMANCE.md). The claim now updates the rows it picked by where they are (a TID
+/// scan), and the settlement looks each message up by endpoint and id without a restriction that
+/// would let it hash a partial index whole. On SQLite (no statistics to go stale) the same steps
+/// check the claim and the settlement after a mass removal.
+async fn an_emptied_outbox_leaves_claims_and_settlements_cheap(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    let removed = add_endpoint(&store, &tenant, None).await;
+    let endpoint = add_endpoint(&store, &tenant, None).await;
+    // As the bench's endpoints before the stall: 90,000 messages delivered (pending, then
+    // succeeded: each in every index twice), then removed. Their events, and the 1,500 the new
+    // endpoint then gets, are made as `webhook.test`'s (no fan-out makes messages of them).
+    let mut setup = vec![
+        format!(
+            "INSERT INTO webhook_events (tenant_id, endpoint_id, event_type, subject_id, data, occurred_at)
+             WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 91500)
+             SELECT '{tenant}', '{removed}', 'webhook.test', 'ntf_' || n, '{{}}', 1 FROM g"
+        ),
+        format!(
+            "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status, next_attempt_at,
+                                           created_at, updated_at)
+             SELECT endpoint_id, id, event_type, subject_id, 'pending', 1000 + id, 1, 1 FROM webhook_events
+             WHERE endpoint_id = '{removed}' AND id < (SELECT MIN(id) FROM webhook_events) + 90000
+             ORDER BY id"
+        ),
+        format!(
+            "UPDATE webhook_messages SET status = 'succeeded', next_attempt_at = NULL, attempts = 1, updated_at = 2
+             WHERE endpoint_id = '{removed}'"
+        ),
+    ];
+    if backend == Backend::Postgres {
+        setup.insert(0, "ALTER TABLE webhook_messages SET (autovacuum_enabled = false)".to_owned());
+        setup.push("ANALYZE webhook_messages".to_owned());
+    }
+    backend.execute(&url, &setup).await;
+    assert!(store.delete_webhook_endpoint(tenant.clone(), removed.clone()).await.unwrap());
+    if backend == Backend::Postgres {
+        backend.execute(&url, &["ANALYZE webhook_messages".to_owned()]).await;
+        let live = "SELECT reltuples::BIGINT FROM pg_class WHERE oid = 'webhook_messages'::regclass";
+        assert_eq!(backend.count(&url, live).await, 0, "the statistics say the outbox is empty");
+    }
+    backend
+        .execute(
+            &url,
+            &[format!(
+                "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status, next_attempt_at,
+                                               created_at, updated_at)
+                 SELECT '{endpoint}', id, event_type, subject_id, 'pending', 5, 1, 1 FROM webhook_events
+                 WHERE id >= (SELECT MIN(id) FROM webhook_events) + 90000 ORDER BY id"
+            )],
+        )
+        .await;
+    if backend == Backend::Postgres {
+        use herald_daemon::store::webhook_statements::CLAIM_POSTGRES;
+        for generic in [false, true] {
+            let (claim, plan) = buffers_touched(
+                &url,
+                CLAIM_POSTGRES,
+                |q| q.bind(endpoint.as_str()).bind(100_i64).bind(100_000_i64).bind("l").bind(32_i64),
+                generic,
+            )
+            .await;
+            assert!(claim < 5_000, "a claim of 32 touched {claim} buffers (generic: {generic}):\n{plan}");
+            // Found again where they were picked, not through an index (on a stale range of an
+            // endpoint's, a new endpoint's claims read all it had had).
+            assert!(plan.contains("Tid Scan on webhook_messages w"), "{plan}");
+        }
+    }
+    let claimed =
+        store.claim_webhook_messages(endpoint.clone(), 100, 100_000, 32, "lease".to_owned()).await.unwrap();
+    assert_eq!(claimed.len(), 32);
+    if backend == Backend::Postgres {
+        use herald_daemon::store::webhook_statements::SETTLE_POSTGRES;
+        let ids: Vec<i64> = claimed.iter().map(|m| m.id).collect();
+        let n = ids.len();
+        for generic in [false, true] {
+            let (settle, plan) = buffers_touched(
+                &url,
+                SETTLE_POSTGRES,
+                |q| {
+                    q.bind(ids.clone())
+                        .bind(vec![endpoint.as_str(); n])
+                        .bind(vec!["lease"; n])
+                        .bind(vec![200_i64; n])
+                        .bind(vec![Some(200_i64); n])
+                        .bind(vec![None::<&str>; n])
+                        .bind(vec![3_i64; n])
+                        .bind(vec!["succeeded"; n])
+                        .bind(vec![None::<i64>; n])
+                        .bind(claimed.iter().map(|m| m.event_id).collect::<Vec<_>>())
+                        .bind(vec![None::<&str>; n])
+                },
+                generic,
+            )
+            .await;
+            assert!(
+                settle < 5_000,
+                "a settlement of 32 touched {settle} buffers (generic: {generic}):\n{plan}"
+            );
+        }
+    }
+    let attempts = claimed.iter().map(|m| attempt(&endpoint, m, "lease", 200, Verdict::Succeeded)).collect();
+    assert!(store.record_webhook_attempts(attempts).await.unwrap().is_empty());
+    let (page, _) = store.webhook_messages(&endpoint, Some(MessageStatus::Succeeded), 100, 1).await.unwrap();
+    assert_eq!(page.len(), 32, "each claimed message settled");
+    assert!(page.iter().all(|(_, attempts)| attempts.len() == 1));
+    store.close().await;
+}
+both_backends!(
+    an_emptied_outbox_leaves_claims_and_settlements_cheap_on_each_backend,
+    an_emptied_outbox_leaves_claims_and_settlements_cheap
+);

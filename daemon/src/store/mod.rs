@@ -70,6 +70,12 @@ pub use webhooks::{
 };
 pub use writer::runtime::CRASH_LOOP as WRITER_CRASH_LOOP;
 
+/// The dispatcher's PostgreSQL statements, for the tests that check their plans.
+#[doc(hidden)]
+pub mod webhook_statements {
+    pub use super::webhooks::{CLAIM_POSTGRES, SETTLE_POSTGRES};
+}
+
 use crate::{
     config::{Config, DatabaseUrl},
     hub::Hub,

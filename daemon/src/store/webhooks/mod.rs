@@ -18,7 +18,9 @@ mod dispatch;
 pub(crate) mod fan_out;
 
 pub use deliveries::{AttemptRow, MessageRecord};
-pub use dispatch::{ClaimedMessage, DueEndpoint, Verdict, WebhookAttemptRecord};
+pub use dispatch::{
+    CLAIM_POSTGRES, ClaimedMessage, DueEndpoint, SETTLE_POSTGRES, Verdict, WebhookAttemptRecord,
+};
 
 use super::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
 
