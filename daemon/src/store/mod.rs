@@ -73,7 +73,7 @@ pub use writer::runtime::CRASH_LOOP as WRITER_CRASH_LOOP;
 /// The dispatcher's PostgreSQL statements, for the tests that check their plans.
 #[doc(hidden)]
 pub mod webhook_statements {
-    pub use super::webhooks::{CLAIM_POSTGRES, SETTLE_POSTGRES};
+    pub use super::webhooks::{CLAIM_POSTGRES, SETTLE_POSTGRES, SIBLINGS_POSTGRES};
 }
 
 use crate::{

@@ -19,7 +19,8 @@ pub(crate) mod fan_out;
 
 pub use deliveries::{AttemptRow, MessageRecord};
 pub use dispatch::{
-    CLAIM_POSTGRES, ClaimedMessage, DueEndpoint, SETTLE_POSTGRES, Verdict, WebhookAttemptRecord,
+    CLAIM_POSTGRES, ClaimedMessage, DueEndpoint, SETTLE_POSTGRES, SIBLINGS_POSTGRES, Verdict,
+    WebhookAttemptRecord,
 };
 
 use super::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
