@@ -575,9 +575,7 @@ both_backends!(
 async fn buffers_touched(
     url: &str,
     sql: &str,
-    bind: impl Fn(
-        sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    ) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    bind: impl Fn(PgQuery<'_>) -> PgQuery<'_>,
     generic: bool,
 ) -> (u64, String) {
     use sqlx::Connection as _;
@@ -616,6 +614,25 @@ async fn buffers_touched(
         most = most.max(touched);
     }
     (most, plan)
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// Runs `sql` with its custom and its generic plan, asserts each touched fewer than 5,000
+/// buffers (`what` names it in the failure), and returns the two plans.
+async fn cheap_plans(
+    url: &str,
+    what: &str,
+    sql: &str,
+    bind: impl Fn(PgQuery<'_>) -> PgQuery<'_>,
+) -> Vec<String> {
+    let mut plans = Vec::new();
+    for generic in [false, true] {
+        let (touched, plan) = buffers_touched(url, sql, &bind, generic).await;
+        assert!(touched < 5_000, "{what} touched {touched} buffers (generic plan: {generic}):\n{plan}");
+        plans.push(plan);
+    }
+    plans
 }
 
 /// Removing an endpoint removes its messages. Statistics gathered after that (the statistics
@@ -679,15 +696,11 @@ async fn an_emptied_outbox_leaves_claims_and_settlements_cheap(backend: Backend)
         .await;
     if backend == Backend::Postgres {
         use herald_daemon::store::webhook_statements::CLAIM_POSTGRES;
-        for generic in [false, true] {
-            let (claim, plan) = buffers_touched(
-                &url,
-                CLAIM_POSTGRES,
-                |q| q.bind(endpoint.as_str()).bind(100_i64).bind(100_000_i64).bind("l").bind(32_i64),
-                generic,
-            )
-            .await;
-            assert!(claim < 5_000, "a claim of 32 touched {claim} buffers (generic: {generic}):\n{plan}");
+        let plans = cheap_plans(&url, "a claim of 32", CLAIM_POSTGRES, |q| {
+            q.bind(endpoint.as_str()).bind(100_i64).bind(100_000_i64).bind("l").bind(32_i64)
+        })
+        .await;
+        for plan in plans {
             // Found again where they were picked, not through an index (on a stale range of an
             // endpoint's, a new endpoint's claims read all it had had).
             assert!(plan.contains("Tid Scan on webhook_messages w"), "{plan}");
@@ -700,56 +713,34 @@ async fn an_emptied_outbox_leaves_claims_and_settlements_cheap(backend: Backend)
         use herald_daemon::store::webhook_statements::SETTLE_POSTGRES;
         let ids: Vec<i64> = claimed.iter().map(|m| m.id).collect();
         let n = ids.len();
-        for generic in [false, true] {
-            let (settle, plan) = buffers_touched(
-                &url,
-                SETTLE_POSTGRES,
-                |q| {
-                    q.bind(ids.clone())
-                        .bind(vec![endpoint.as_str(); n])
-                        .bind(vec!["lease"; n])
-                        .bind(vec![200_i64; n])
-                        .bind(vec![Some(200_i64); n])
-                        .bind(vec![None::<&str>; n])
-                        .bind(vec![3_i64; n])
-                        .bind(vec!["succeeded"; n])
-                        .bind(vec![None::<i64>; n])
-                        .bind(claimed.iter().map(|m| m.event_id).collect::<Vec<_>>())
-                        .bind(vec![None::<&str>; n])
-                },
-                generic,
-            )
-            .await;
-            assert!(
-                settle < 5_000,
-                "a settlement of 32 touched {settle} buffers (generic: {generic}):\n{plan}"
-            );
-        }
+        cheap_plans(&url, "a settlement of 32", SETTLE_POSTGRES, |q| {
+            q.bind(ids.clone())
+                .bind(vec![endpoint.as_str(); n])
+                .bind(vec!["lease"; n])
+                .bind(vec![200_i64; n])
+                .bind(vec![Some(200_i64); n])
+                .bind(vec![None::<&str>; n])
+                .bind(vec![3_i64; n])
+                .bind(vec!["succeeded"; n])
+                .bind(vec![None::<i64>; n])
+                .bind(claimed.iter().map(|m| m.event_id).collect::<Vec<_>>())
+                .bind(vec![None::<&str>; n])
+        })
+        .await;
     }
     if backend == Backend::Postgres {
         // A retry's siblings (the new endpoint's messages come in pairs about one subject): each
         // found by subject, then updated by endpoint and id.
         use herald_daemon::store::webhook_statements::SIBLINGS_POSTGRES;
         let n = claimed.len();
-        for generic in [false, true] {
-            let (siblings, plan) = buffers_touched(
-                &url,
-                SIBLINGS_POSTGRES,
-                |q| {
-                    q.bind(vec![endpoint.as_str(); n])
-                        .bind(claimed.iter().map(|m| m.subject_id.as_str()).collect::<Vec<_>>())
-                        .bind(claimed.iter().map(|m| m.id).collect::<Vec<_>>())
-                        .bind(vec![1_000_000_i64; n])
-                        .bind(vec![true; n])
-                },
-                generic,
-            )
-            .await;
-            assert!(
-                siblings < 5_000,
-                "moving 32 siblings touched {siblings} buffers (generic: {generic}):\n{plan}"
-            );
-        }
+        cheap_plans(&url, "moving 32 siblings", SIBLINGS_POSTGRES, |q| {
+            q.bind(vec![endpoint.as_str(); n])
+                .bind(claimed.iter().map(|m| m.subject_id.as_str()).collect::<Vec<_>>())
+                .bind(claimed.iter().map(|m| m.id).collect::<Vec<_>>())
+                .bind(vec![1_000_000_i64; n])
+                .bind(vec![true; n])
+        })
+        .await;
     }
     let attempts = claimed.iter().map(|m| attempt(&endpoint, m, "lease", 200, Verdict::Succeeded)).collect();
     assert!(store.record_webhook_attempts(attempts).await.unwrap().is_empty());
