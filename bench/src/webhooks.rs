@@ -36,7 +36,10 @@
 //!    fill (or the removal): begun at once, on SQLite they measured the fill's aftermath (p99
 //!    0.3–0.7 s, larger after the dead endpoint's fill, which writes events and messages too;
 //!    19–30 ms after the wait). (Disabling the endpoint instead would fail its backlog, CONTRACT
-//!    §10.) Against step 3's too, on a database smaller by a fill.
+//!    §10.) Against step 3's too, on a database smaller by a fill. With
+//!    `HERALD_BENCH_UNSUBSCRIBE_DEAD` set, the dead endpoint is unsubscribed from the step's
+//!    events after its fill (its backlog kept): what the backlog costs, apart from the message
+//!    each event makes for it.
 
 use std::{
     collections::HashMap,
@@ -468,6 +471,18 @@ async fn deliveries(api: &Api, receiver: &Receiver, o: &Options, engine: &str) -
     api.remove_endpoint(&healthy).await?;
     let dead = api.add_endpoint(&hook("dead")).await?;
     fill("for a dead endpoint (503 at once): its backlog").await;
+    if std::env::var_os("HERALD_BENCH_UNSUBSCRIBE_DEAD").is_some() {
+        let status = api
+            .http
+            .patch(format!("{}/api/v1/webhooks/{dead}", api.url))
+            .bearer_auth(&api.key)
+            .json(&json!({"event_types": ["notification.failed"]}))
+            .send()
+            .await?
+            .status();
+        anyhow::ensure!(status.is_success(), "unsubscribing: {status}");
+        println!("{engine}: (the dead endpoint unsubscribed from the step's events, its backlog kept)");
+    }
     tokio::time::sleep(QUIET).await;
     let healthy = api.add_endpoint(&hook("healthy")).await?;
     let beside = paced("beside it").await?;
