@@ -30,5 +30,6 @@ mod unsubscribe;
 mod webhook_events;
 mod webhook_lanes;
 mod webhook_ops;
+mod webhook_plans;
 mod webhook_store;
 mod webhooks;
