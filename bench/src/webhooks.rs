@@ -5,8 +5,9 @@
 //!
 //! 1. **Dispatch cost**: in-app dispatches accepted per second with no endpoint, with one
 //!    subscribed that takes each event as it comes (the sends share the machine with the
-//!    dispatches), and with one subscribed that is down (503: after five failures it is only
-//!    probed, so this is the outbox's own cost), `--rounds` times over. Each row also gives
+//!    dispatches), and with one subscribed that is down (503, and down a while: it failed five
+//!    before the row, so it is only probed, and paused in the store, which makes no message for
+//!    its events; the outbox's own cost), `--rounds` times over. Each row also gives
 //!    the deliveries that arrived while the dispatches ran, the writer's commits and the KiB
 //!    the daemon wrote to storage (`/proc/PID/io`: WAL and checkpoints) per dispatch, and the
 //!    daemon's CPU time per 1,000 dispatches (and the PostgreSQL server's), read from `/proc`:
@@ -61,6 +62,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::{BackendArg, backend_of, costs, engine_name, load, smtp, start_daemon_with};
+use herald_tests::Backend;
 
 pub struct Options {
     pub backend: BackendArg,
@@ -92,6 +94,9 @@ type Book = Arc<Mutex<HashMap<String, Seen>>>;
 
 async fn receive(State(book): State<Book>, Path(name): Path<String>, body: Bytes) -> StatusCode {
     if name.starts_with("dead") {
+        if let Ok(mut book) = book.lock() {
+            book.entry(name).or_default().count += 1;
+        }
         return StatusCode::SERVICE_UNAVAILABLE;
     }
     let now = Instant::now();
@@ -231,22 +236,30 @@ fn case(row: usize) -> usize {
 
 /// The dispatch-cost rows' three cases, by `round` in turn: no endpoint, one that takes every
 /// event (the receiver's `name`), one that is down (`dead-name`). Subscribes the round's endpoint:
-/// the row's label, and the endpoint's id and receiver name.
+/// the row's label, and the endpoint's id and receiver name. The one that is down has been down
+/// a while when the row starts, as a dead endpoint is: it is sent a few events first, and the
+/// row waits until it failed five (the dispatcher then probes it, and pauses it in the store),
+/// and a moment more. (Subscribed as the row began, it was never tried while the dispatches ran:
+/// a saturated writer holds the deliveries back.)
 async fn subscribe(
-    api: &Api,
-    hook: &dyn Fn(&str) -> String,
+    table: &Table<'_>,
     round: usize,
     name: &str,
 ) -> anyhow::Result<(&'static str, Option<(String, String)>)> {
+    let Table { api, receiver, hook, .. } = *table;
     let (label, name) = match case(round) {
         0 => ("none", None),
         1 => ("one, delivering meanwhile", Some(name.to_owned())),
         _ => ("one, down (503)", Some(format!("dead-{name}"))),
     };
-    Ok(match name {
-        Some(name) => (label, Some((api.add_endpoint(&hook(&name)).await?, name))),
-        None => (label, None),
-    })
+    let Some(name) = name else { return Ok((label, None)) };
+    let id = api.add_endpoint(&hook(&name)).await?;
+    if case(round) == 2 {
+        load::run(&api.url, Some(&api.key), 20, 4, in_app(), nothing()).await;
+        anyhow::ensure!(receiver.wait_for(&name, 5, Duration::from_secs(30)).await, "{name} was never tried");
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+    }
+    Ok((label, Some((id, name))))
 }
 
 /// 1b. The same three cases at a steady `--rate` for `--seconds`, `--rounds` times in turn: how
@@ -255,7 +268,7 @@ async fn subscribe(
 /// and records queue for the writer with the dispatches; here the writer keeps up, so this says
 /// whether subscribing an endpoint slows the dispatch path itself.
 async fn steady_dispatch(table: &Table<'_>) -> anyhow::Result<()> {
-    let Table { api, receiver, o, engine, hook, pid } = *table;
+    let Table { api, receiver, o, engine, pid, .. } = *table;
     println!(
         "\n{engine}: in-app dispatch at a steady {} a second for {} s: the API's answer times\n",
         o.rate, o.seconds
@@ -267,7 +280,7 @@ async fn steady_dispatch(table: &Table<'_>) -> anyhow::Result<()> {
     let total = o.rate * o.seconds as usize;
     let mut p99s: [Vec<f64>; 3] = Default::default();
     for round in 0..3 * o.rounds.max(1) {
-        let (label, endpoint) = subscribe(api, hook, round, "steady").await?;
+        let (label, endpoint) = subscribe(table, round, "steady").await?;
         let before = costs::sample(&api.http, &api.url, pid).await?;
         let paced =
             load::paced(&api.url, &api.key, "/api/v1/notifications", o.rate, total, in_app_body, |_| {})
@@ -340,7 +353,7 @@ struct Table<'a> {
 
 /// 1. The dispatch-cost table, saturated, then at a steady rate (1b).
 async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
-    let Table { api, receiver, o, engine, hook, pid } = *table;
+    let Table { api, receiver, o, engine, pid, .. } = *table;
     let nothing = nothing();
     // 1. In-app dispatch with no endpoint, with one subscribed that takes every event as it
     //    comes, and with one subscribed that is down (the outbox's writes without the sends),
@@ -353,7 +366,7 @@ async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
     let mut rates: [Vec<f64>; 3] = Default::default();
     let mut cpu: [Vec<f64>; 3] = Default::default();
     for round in 0..3 * o.rounds.max(1) {
-        let (label, endpoint) = subscribe(api, hook, round, "dispatch").await?;
+        let (label, endpoint) = subscribe(table, round, "dispatch").await?;
         let before = costs::sample(&api.http, &api.url, pid).await?;
         let report = load::run(&api.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
         // How many of the deliveries shared the dispatches' time (the rest came after).
@@ -399,7 +412,13 @@ async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
 
 /// 2-4. Deliveries per second, event → first attempt at a steady rate, and the same beside a
 /// dead endpoint's backlog against controls.
-async fn deliveries(api: &Api, receiver: &Receiver, o: &Options, engine: &str) -> anyhow::Result<()> {
+async fn deliveries(
+    api: &Api,
+    receiver: &Receiver,
+    o: &Options,
+    engine: &str,
+    store: (Backend, &str),
+) -> anyhow::Result<()> {
     let nothing = nothing();
     let hook = |name: &str| format!("{}/hook/{name}", receiver.base);
     // 2. Throughput: every event to `fan_out` endpoints.
@@ -484,6 +503,20 @@ async fn deliveries(api: &Api, receiver: &Receiver, o: &Options, engine: &str) -
         println!("{engine}: (the dead endpoint unsubscribed from the step's events, its backlog kept)");
     }
     tokio::time::sleep(QUIET).await;
+    // What the backlog is: messages, and the events owed to it once it was paused (a dead
+    // endpoint's later events make no message: `store/webhooks/pause.rs`).
+    let (backend, database_url) = store;
+    let queued =
+        format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{dead}' AND status = 'pending'");
+    let owed = format!(
+        "SELECT COUNT(*) FROM webhook_events v JOIN webhook_endpoints e ON e.id = '{dead}'
+         WHERE v.id > e.paused_after AND v.endpoint_id IS NULL"
+    );
+    println!(
+        "{engine}: its backlog: {} messages pending, {} events owed",
+        backend.count(database_url, &queued).await,
+        backend.count(database_url, &owed).await
+    );
     let healthy = api.add_endpoint(&hook("healthy")).await?;
     let beside = paced("beside it").await?;
     // The second control, on the database the backlog grew: the dead endpoint removed (its
@@ -532,7 +565,7 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     let pid = d.child.id();
     let mut grown = 2_000;
     if !o.dispatch_only {
-        deliveries(&api, &receiver, &o, engine).await?;
+        deliveries(&api, &receiver, &o, engine, (backend, &database_url)).await?;
         grown += o.events + 2 * o.backlog + 4 * o.rate * o.seconds as usize;
     }
 

@@ -30,6 +30,7 @@ mod unsubscribe;
 mod webhook_events;
 mod webhook_lanes;
 mod webhook_ops;
+mod webhook_pause;
 mod webhook_plans;
 mod webhook_store;
 mod webhooks;

@@ -38,7 +38,7 @@ pub(crate) async fn add_endpoint(
     add_endpoint_as(store, tenant, failing_since, None, EndpointStatus::Enabled).await
 }
 
-async fn add_endpoint_as(
+pub(crate) async fn add_endpoint_as(
     store: &Store,
     tenant: &TenantId,
     failing_since: Option<i64>,
@@ -273,7 +273,7 @@ async fn a_large_group_settles_every_message(backend: Backend) {
 both_backends!(a_large_group_settles_every_message_on_each_backend, a_large_group_settles_every_message);
 
 /// A manual suppression of `user{i}@example.com`, created at `10 + i`.
-fn suppression(tenant: &TenantId, i: i64) -> NewSuppression {
+pub(crate) fn suppression(tenant: &TenantId, i: i64) -> NewSuppression {
     NewSuppression {
         tenant_id: tenant.clone(),
         channel: Channel::Email,

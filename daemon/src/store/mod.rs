@@ -65,8 +65,8 @@ pub use streams::OpenStream;
 pub use suppressions::{NewSuppression, NotificationRecipient, SuppressionFilter, SuppressionRecord};
 pub use templates::TemplateRecord;
 pub use webhooks::{
-    AttemptRow, ClaimedMessage, DueEndpoint, EndpointChanges, MessageRecord, Verdict, WebhookAttemptRecord,
-    WebhookEndpointRecord,
+    AttemptRow, ClaimedMessage, DueEndpoint, EndpointChanges, FanOutLock, MessageRecord, Verdict,
+    WebhookAttemptRecord, WebhookEndpointRecord,
 };
 pub use writer::runtime::CRASH_LOOP as WRITER_CRASH_LOOP;
 

@@ -16,7 +16,11 @@
 //! An endpoint that fails [`TRIP_AFTER`] attempts in a row is probed rather than flooded: one
 //! message at a time, [`PROBE_EVERY`] apart while they fail; the others wait, their attempts
 //! not spent, and the first success opens it again. A dead endpoint with a backlog of 100,000
-//! costs a request a second, not 100,000 requests and their records every few seconds.
+//! costs a request a second, not 100,000 requests and their records every few seconds. And it
+//! is paused in the store: its later events get no message, they are owed (`store/webhooks/
+//! pause.rs`). While it is probed, each probe makes the message of its oldest owed event if
+//! nothing else is due; once it answers, the owed events' messages are made [`CATCH_UP`] at a
+//! time, each group once the one before has gone out, and the last resumes it.
 //!
 //! The messages are made with the change that wrote their event (PostgreSQL in its statement,
 //! SQLite just before its commit); on SQLite the [`fan_out`] task makes those that could not be.
@@ -53,7 +57,12 @@ use self::{
     recorder::Recorder,
     send::{Done, Meters, Send, Sender, Target},
 };
-use crate::{retry::RetryPolicy, service::webhooks as service, state::AppState, store::ClaimedMessage};
+use crate::{
+    retry::RetryPolicy,
+    service::webhooks as service,
+    state::AppState,
+    store::{ClaimedMessage, FanOutLock},
+};
 
 /// The longest the dispatcher sleeps without looking for due messages.
 const POLL: Duration = Duration::from_secs(1);
@@ -65,6 +74,11 @@ const STALL: Duration = Duration::from_millis(250);
 const TRIP_AFTER: u32 = 5;
 /// How long a tripped endpoint is left alone after each failed probe.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How many of a paused endpoint's owed events get their messages at once, once it answers.
+const CATCH_UP: i64 = 1_000;
+/// How long a pause or a catch-up only tries PostgreSQL's fan-out lock (free when no event
+/// writer is in flight), at each look, before it waits for it (which makes new writers wait).
+const LOCK_PATIENCE: Duration = Duration::from_secs(1);
 /// When every endpoint the dispatcher knows is paused (tripped, stalled) or has no room, a
 /// wake-up (messages were inserted) reads the endpoints at most this often: such a wake-up can
 /// only be for an endpoint it does not know yet, and with a dead endpoint subscribed each
@@ -153,9 +167,39 @@ struct Lane {
     /// When its next message is due, as far as this dispatcher knows (`None`: nothing known
     /// pending); ended sends and full claims make it now.
     due: Option<i64>,
+    /// Paused in the store: its events are owed, not queued.
+    paused: bool,
+    /// It has just tripped: to be paused in the store.
+    pause: bool,
+    /// The last time a probe made the message of an owed event (at most one per [`PROBE_EVERY`]).
+    owed_probe_at: Option<i64>,
+    /// Since when its pause or catch-up has found PostgreSQL's fan-out lock taken.
+    lock_busy_since: Option<i64>,
 }
 
 impl Lane {
+    /// A lane for an endpoint as the store has it: one found paused (by this daemon before a
+    /// restart, or by another) is probed first.
+    fn new(paused: bool) -> Self {
+        Self { paused, failures: if paused { TRIP_AFTER } else { 0 }, ..Self::default() }
+    }
+
+    /// How many of its owed events to make messages for now: a group once it answers and
+    /// nothing of it is due; while it is probed, one if nothing is in hand or due and the last
+    /// such probe is [`PROBE_EVERY`] old.
+    fn owed_now(&self, now: i64) -> i64 {
+        let nothing_due = self.due.is_none_or(|due| due > now);
+        if !self.paused || !nothing_due || self.paused_until(now).is_some() {
+            return 0;
+        }
+        if !self.tripped() {
+            return CATCH_UP;
+        }
+        let idle = self.in_flight == 0 && self.queue.is_empty();
+        let probe_due = self.owed_probe_at.is_none_or(|at| now - at >= millis(PROBE_EVERY));
+        i64::from(idle && probe_due)
+    }
+
     fn tripped(&self) -> bool {
         self.failures >= TRIP_AFTER
     }
@@ -192,11 +236,12 @@ impl Lane {
         self.due = Some(now);
         match outcome {
             Outcome::Succeeded => {
-                self.failures = 0;
+                (self.failures, self.pause) = (0, false);
                 self.probe_at = None;
             }
             Outcome::Failed => {
                 self.failures = self.failures.saturating_add(1);
+                self.pause |= self.failures == TRIP_AFTER && !self.paused;
                 if self.tripped() {
                     self.probe_at = Some(now + millis(PROBE_EVERY));
                 }
@@ -300,14 +345,42 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                 lane.in_flight > 0
             });
             for endpoint in endpoints {
-                let Some(due) = endpoint.next_due else {
-                    if let Some(lane) = lanes.get_mut(&endpoint.id) {
-                        lane.due = None;
-                    }
-                    continue;
+                let lane = lanes.entry(endpoint.id.clone()).or_insert_with(|| Lane::new(endpoint.paused));
+                (lane.due, lane.paused) = (endpoint.next_due, endpoint.paused);
+                // PostgreSQL's fan-out lock is tried at each look, and waited for once a second
+                // has gone by without it.
+                let lock = match lane.lock_busy_since {
+                    Some(since) if now - since >= millis(LOCK_PATIENCE) => FanOutLock::Wait,
+                    _ => FanOutLock::Try,
                 };
-                let lane = lanes.entry(endpoint.id.clone()).or_default();
-                lane.due = Some(due);
+                let mut busy = false;
+                if lane.pause {
+                    match state.store.pause_webhook_endpoint(endpoint.id.clone(), lock).await {
+                        Ok(Some(_)) => (lane.pause, lane.paused) = (false, true),
+                        Ok(None) => busy = true,
+                        Err(e) => tracing::warn!(error = %e, "cannot pause a failing webhook endpoint"),
+                    }
+                }
+                let owed = if busy { 0 } else { lane.owed_now(now) };
+                if owed > 0 {
+                    match state.store.catch_up_webhook_endpoint(endpoint.id.clone(), owed, now, lock).await {
+                        Ok(Some((made, paused))) => {
+                            if lane.tripped() {
+                                lane.owed_probe_at = Some(now);
+                            }
+                            lane.paused = paused;
+                            if made > 0 {
+                                lane.due = Some(now);
+                            }
+                        }
+                        Ok(None) => busy = true,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot make a paused webhook endpoint's messages")
+                        }
+                    }
+                }
+                lane.lock_busy_since = if busy { lane.lock_busy_since.or(Some(now)) } else { None };
+                let Some(due) = lane.due else { continue };
                 if let Some(until) = lane.paused_until(now) {
                     next_due = Some(next_due.map_or(until, |n| n.min(until)));
                     continue;
@@ -426,7 +499,7 @@ fn report_panic(joined: Result<(), tokio::task::JoinError>) {
 mod tests {
     use std::time::Instant;
 
-    use super::{BUSY_BATCH, HOLD_AT_MOST_MS, Pressure};
+    use super::{BUSY_BATCH, CATCH_UP, Ended, HOLD_AT_MOST_MS, Lane, Outcome, Pressure, TRIP_AFTER};
 
     fn pressure(saturated: bool) -> Pressure {
         Pressure { at: Instant::now(), batches: 100, operations: 100, saturated }
@@ -465,5 +538,38 @@ mod tests {
         );
         assert!(!pressure(false).holds(Some(now - 1_000), now), "not saturated: nothing is held back");
         assert!(!pressure(false).holds(None, now));
+    }
+
+    /// A lane trips after [`TRIP_AFTER`] failures and asks once to be paused; paused, it makes
+    /// one owed message per probe while tripped (none while something of it is due or its probe
+    /// waits), a group once it answers, and none once resumed. A lane found paused is probed
+    /// first.
+    #[test]
+    fn a_paused_lane_makes_its_owed_messages_one_per_probe_then_in_groups() {
+        let now = 1_000_000;
+        let mut lane = Lane::new(false);
+        for _ in 0..TRIP_AFTER {
+            lane.ended(Ended::Answered(Outcome::Failed), now);
+        }
+        assert!(lane.tripped() && lane.pause, "tripped, and to be paused");
+        lane.ended(Ended::Answered(Outcome::Failed), now);
+        (lane.pause, lane.paused, lane.due) = (false, true, None);
+        lane.ended(Ended::Answered(Outcome::Failed), now);
+        assert!(!lane.pause, "asked once");
+        lane.due = None;
+        assert_eq!(lane.owed_now(now + 500), 0, "its probe waits");
+        assert_eq!(lane.owed_now(now + 1_000), 1, "a probe: one owed message");
+        lane.owed_probe_at = Some(now + 1_000);
+        assert_eq!(lane.owed_now(now + 1_500), 0, "one a second");
+        lane.due = Some(now + 1_900);
+        assert_eq!(lane.owed_now(now + 2_000), 0, "a message due goes first");
+        lane.ended(Ended::Answered(Outcome::Succeeded), now + 2_000);
+        lane.due = None;
+        assert_eq!(lane.owed_now(now + 2_001), CATCH_UP, "it answers: a group");
+        lane.paused = false;
+        assert_eq!(lane.owed_now(now + 2_001), 0, "resumed");
+        let found = Lane::new(true);
+        assert!(found.tripped() && found.paused && !found.pause);
+        assert_eq!(found.owed_now(now), 1, "found paused: probed first");
     }
 }

@@ -10,7 +10,8 @@ use herald_common::{
 use super::fail_pending;
 use crate::store::{Conn, Engine, Store, StoreResult, execute, fetch};
 
-/// An enabled endpoint and when its first pending message is due (`None`: nothing pending).
+/// An enabled endpoint, when its first pending message is due (`None`: nothing pending), and
+/// whether it is paused (its events are owed: `pause.rs`).
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct DueEndpoint {
     pub id: WebhookEndpointId,
@@ -18,9 +19,10 @@ pub struct DueEndpoint {
     pub secret_generation: i64,
     pub previous_until: Option<i64>,
     pub next_due: Option<i64>,
+    pub paused: bool,
 }
 
-crate::store::local::local_row!(DueEndpoint { id, url, secret_generation, previous_until, next_due });
+crate::store::local::local_row!(DueEndpoint { id, url, secret_generation, previous_until, next_due, paused });
 
 /// A message leased to this daemon, with its event.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -184,7 +186,8 @@ const DEFER_BLOCKED: &str = "UPDATE webhook_messages SET next_attempt_at = (
                      AND p.next_attempt_at > $2)";
 
 impl Store {
-    /// The enabled endpoints, each with when its first pending message is due.
+    /// The enabled endpoints, each with when its first pending message is due and whether it is
+    /// paused.
     pub async fn due_webhook_endpoints(&self) -> StoreResult<Vec<DueEndpoint>> {
         let mut conn = self.read().await?;
         fetch!(
@@ -197,7 +200,8 @@ impl Store {
             "SELECT e.id, e.url, e.secret_generation, e.previous_until,
                     (SELECT m.next_attempt_at FROM webhook_messages m
                      WHERE m.endpoint_id = e.id AND m.status = 'pending'
-                     ORDER BY m.next_attempt_at LIMIT 1) AS next_due
+                     ORDER BY m.next_attempt_at LIMIT 1) AS next_due,
+                    e.paused_after IS NOT NULL AS paused
              FROM webhook_endpoints e WHERE e.status = 'enabled'"
         )
     }

@@ -22,7 +22,8 @@
 
 use crate::store::{Engine, Store, StoreResult, execute, fetch};
 
-/// One message per enabled endpoint of the event's tenant that wants it (an endpoint of one
+/// One message per enabled endpoint of the event's tenant that wants it, unless paused (its
+/// events are owed: `pause.rs`; an endpoint of one
 /// application gets that application's events and the tenant's own: domains, suppressions) and
 /// existed when it occurred, for the events after the cursor up to `$1`, in the order of the
 /// events; `webhook.test` events have theirs already. (Fanned out later than their commit, by the
@@ -42,7 +43,7 @@ const FAN_OUT: &str = "INSERT INTO webhook_messages (endpoint_id, event_id, even
                                            AND p.status = 'pending' AND p.lease IS NULL), 0)),
             v.occurred_at, v.occurred_at
      FROM webhook_events v JOIN webhook_endpoints e ON e.tenant_id = v.tenant_id AND e.status = 'enabled'
-       AND e.created_at <= v.occurred_at
+       AND e.paused_after IS NULL AND e.created_at <= v.occurred_at
        AND (e.application_id IS NULL OR v.application_id IS NULL OR e.application_id = v.application_id)
        AND (e.event_types IS NULL OR e.event_types LIKE '%,' || v.event_type || ',%')
      WHERE v.id > (SELECT last_event_id FROM webhook_fan_out WHERE id = 1) AND v.id <= $1

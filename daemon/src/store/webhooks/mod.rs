@@ -16,12 +16,14 @@ use herald_common::{
 mod deliveries;
 mod dispatch;
 pub(crate) mod fan_out;
+mod pause;
 
 pub use deliveries::{AttemptRow, MessageRecord};
 pub use dispatch::{
     CLAIM_POSTGRES, ClaimedMessage, DueEndpoint, SETTLE_POSTGRES, SIBLINGS_POSTGRES, Verdict,
     WebhookAttemptRecord,
 };
+pub use pause::Lock as FanOutLock;
 
 use super::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
 
@@ -319,7 +321,8 @@ impl Store {
     }
 
     /// Deletes the messages settled (succeeded or failed) before `before`, with their attempts,
-    /// and the events no message refers to any more; how many messages.
+    /// and the events no message refers to any more, except those a paused endpoint is owed;
+    /// how many messages.
     pub async fn delete_settled_webhook_messages(&self, before: i64) -> StoreResult<u64> {
         self.write(move |conn| {
             Box::pin(async move {
@@ -331,7 +334,9 @@ impl Store {
                 execute!(
                     conn,
                     "DELETE FROM webhook_events WHERE occurred_at < $1
-                     AND NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.event_id = webhook_events.id)",
+                     AND NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.event_id = webhook_events.id)
+                     AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e
+                                     WHERE e.paused_after IS NOT NULL AND e.paused_after < webhook_events.id)",
                     before
                 )?;
                 Ok(deleted)
@@ -349,13 +354,14 @@ async fn notify_webhooks(conn: &mut Conn<'_>) -> StoreResult<()> {
     Ok(())
 }
 
-/// Fails an endpoint's pending messages (it was disabled).
-async fn fail_pending(conn: &mut Conn<'_>, endpoint_id: &WebhookEndpointId, now: i64) -> StoreResult<u64> {
+/// Fails an endpoint's pending messages, and those it is owed if paused (it was disabled).
+async fn fail_pending(conn: &mut Conn<'_>, endpoint_id: &WebhookEndpointId, now: i64) -> StoreResult<()> {
     execute!(
         conn,
         "UPDATE webhook_messages SET status = 'failed', next_attempt_at = NULL, lease = NULL, updated_at = $2
          WHERE endpoint_id = $1 AND status = 'pending'",
         endpoint_id,
         now
-    )
+    )?;
+    pause::fail_owed(conn, endpoint_id, now).await
 }
