@@ -184,6 +184,17 @@ impl Lane {
         Self { paused, failures: if paused { TRIP_AFTER } else { 0 }, ..Self::default() }
     }
 
+    /// Takes the store's word on whether it is paused. Paused by another daemon (whose breaker
+    /// tripped) while this one's had not, it is probed from now on too: otherwise this daemon,
+    /// finding it paused and not tripped here, would take it for one that answers again and make
+    /// a group of its owed messages for a dead endpoint.
+    fn saw_paused(&mut self, paused: bool) {
+        if paused && !self.paused && !self.tripped() {
+            self.failures = TRIP_AFTER;
+        }
+        self.paused = paused;
+    }
+
     /// How many of its owed events to make messages for now: a group once it answers and
     /// nothing of it is due; while it is probed, one if nothing is in hand or due and the last
     /// such probe is [`PROBE_EVERY`] old.
@@ -346,7 +357,8 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
             });
             for endpoint in endpoints {
                 let lane = lanes.entry(endpoint.id.clone()).or_insert_with(|| Lane::new(endpoint.paused));
-                (lane.due, lane.paused) = (endpoint.next_due, endpoint.paused);
+                lane.due = endpoint.next_due;
+                lane.saw_paused(endpoint.paused);
                 // PostgreSQL's fan-out lock is tried at each look, and waited for once a second
                 // has gone by without it.
                 let lock = match lane.lock_busy_since {
@@ -566,10 +578,16 @@ mod tests {
         lane.ended(Ended::Answered(Outcome::Succeeded), now + 2_000);
         lane.due = None;
         assert_eq!(lane.owed_now(now + 2_001), CATCH_UP, "it answers: a group");
+        lane.saw_paused(true);
+        assert!(!lane.tripped(), "still paused while it catches up: not tripped again");
         lane.paused = false;
         assert_eq!(lane.owed_now(now + 2_001), 0, "resumed");
         let found = Lane::new(true);
         assert!(found.tripped() && found.paused && !found.pause);
         assert_eq!(found.owed_now(now), 1, "found paused: probed first");
+        let mut elsewhere = Lane::new(false);
+        elsewhere.saw_paused(true);
+        assert!(elsewhere.tripped(), "paused by another daemon: probed here too");
+        assert_eq!(elsewhere.owed_now(now), 1);
     }
 }
