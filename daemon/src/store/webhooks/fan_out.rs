@@ -22,6 +22,19 @@
 
 use crate::store::{Engine, Store, StoreResult, execute, fetch};
 
+/// Which endpoint `e` wants event `v` (a join condition): its tenant's, created by the time it
+/// occurred, of the endpoint's application or of none (the tenant's own: domains,
+/// suppressions), of a type it is subscribed to. The fan-out's rule, and the catch-up's
+/// (`pause.rs`), which makes a paused endpoint the messages the fan-out did not.
+macro_rules! endpoint_wants_event {
+    () => {
+        "e.tenant_id = v.tenant_id AND e.created_at <= v.occurred_at
+       AND (e.application_id IS NULL OR v.application_id IS NULL OR e.application_id = v.application_id)
+       AND (e.event_types IS NULL OR e.event_types LIKE '%,' || v.event_type || ',%')"
+    };
+}
+pub(super) use endpoint_wants_event;
+
 /// One message per enabled endpoint of the event's tenant that wants it, unless paused (its
 /// events are owed: `pause.rs`; an endpoint of one
 /// application gets that application's events and the tenant's own: domains, suppressions) and
@@ -35,20 +48,22 @@ use crate::store::{Engine, Store, StoreResult, execute, fetch};
 /// a bare column would let SQLite answer the `MAX` from `webhook_messages_due`, walking every
 /// pending message of the endpoint for the one subject; the `+` keeps it on
 /// `webhook_messages_order`.
-const FAN_OUT: &str = "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status,
-                                                     next_attempt_at, created_at, updated_at)
+const FAN_OUT: &str = concat!(
+    "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status,
+                                   next_attempt_at, created_at, updated_at)
      SELECT e.id, v.id, v.event_type, v.subject_id, 'pending',
             MAX(v.occurred_at, COALESCE((SELECT MAX(+p.next_attempt_at) FROM webhook_messages p
                                          WHERE p.endpoint_id = e.id AND p.subject_id = v.subject_id
                                            AND p.status = 'pending' AND p.lease IS NULL), 0)),
             v.occurred_at, v.occurred_at
-     FROM webhook_events v JOIN webhook_endpoints e ON e.tenant_id = v.tenant_id AND e.status = 'enabled'
-       AND e.paused_after IS NULL AND e.created_at <= v.occurred_at
-       AND (e.application_id IS NULL OR v.application_id IS NULL OR e.application_id = v.application_id)
-       AND (e.event_types IS NULL OR e.event_types LIKE '%,' || v.event_type || ',%')
+     FROM webhook_events v JOIN webhook_endpoints e ON e.status = 'enabled' AND e.paused_after IS NULL
+       AND ",
+    endpoint_wants_event!(),
+    "
      WHERE v.id > (SELECT last_event_id FROM webhook_fan_out WHERE id = 1) AND v.id <= $1
        AND v.endpoint_id IS NULL
-     ORDER BY v.id, e.id";
+     ORDER BY v.id, e.id"
+);
 
 /// Moves the cursor past the events just fanned out.
 const ADVANCE: &str = "UPDATE webhook_fan_out SET last_event_id = $1 WHERE id = 1";

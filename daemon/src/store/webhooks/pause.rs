@@ -23,7 +23,7 @@ use std::sync::LazyLock;
 
 use herald_common::ids::WebhookEndpointId;
 
-use super::notify_webhooks;
+use super::{fan_out::endpoint_wants_event, notify_webhooks};
 use crate::store::{Conn, Engine, Store, StoreResult, execute, scalar};
 
 /// How long a pause or a catch-up that waits for the lock ([`Lock::Wait`]) waits for the event
@@ -83,14 +83,12 @@ fn owed_messages_sql(engine: Engine, pending: bool) -> String {
     } else {
         ("failed", "NULL".to_owned())
     };
+    let wants = endpoint_wants_event!();
     format!(
         "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status,
                                        next_attempt_at, created_at, updated_at)
          SELECT e.id, v.id, v.event_type, v.subject_id, '{status}', {due}, v.occurred_at, $5
-         FROM webhook_events v JOIN webhook_endpoints e ON e.id = $1 AND e.tenant_id = v.tenant_id
-           AND e.created_at <= v.occurred_at
-           AND (e.application_id IS NULL OR v.application_id IS NULL OR e.application_id = v.application_id)
-           AND (e.event_types IS NULL OR e.event_types LIKE '%,' || v.event_type || ',%')
+         FROM webhook_events v JOIN webhook_endpoints e ON e.id = $1 AND {wants}
          WHERE v.id > $2 AND v.id <= $3 AND v.endpoint_id IS NULL
          ORDER BY v.id LIMIT $4
          RETURNING event_id"
