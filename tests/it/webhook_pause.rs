@@ -1,9 +1,10 @@
 //! A dead endpoint's events are owed, not queued (`store/webhooks/pause.rs`), on each backend:
 //! paused, it gets no message for a later event; caught up, it gets each once, in event order,
 //! and is resumed; disabled, its owed events become failed messages that `recover` finds; and
-//! retention keeps them. Then the daemon: a dead endpoint trips, is paused, and once it answers
-//! every event arrives, each subject's in order, verified by the receiver peer with the official
-//! `standardwebhooks` library.
+//! retention keeps them; on PostgreSQL the events being written as it is disabled are settled
+//! too. Then the daemon: a dead endpoint trips, is paused (the API shows it), and once it
+//! answers every event arrives, each subject's in order, verified by the receiver peer with the
+//! official `standardwebhooks` library; and the same with two daemons sharing PostgreSQL.
 
 use std::time::Duration;
 
@@ -137,6 +138,12 @@ async fn a_disabled_endpoint_fails_what_it_is_owed(backend: Backend) {
     let failed =
         format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{dead}' AND status = 'failed'");
     assert_eq!(count(backend, &url, &failed).await, 12, "3 pending and 9 owed, failed");
+    // PostgreSQL keeps the endpoint marked until it is settled with the fan-out lock held (the
+    // next test); SQLite's one writer saw every event, and has nothing to settle.
+    let settled = if backend == Backend::Postgres { 1 } else { 0 };
+    assert_eq!(settle(&store).await, settled);
+    assert_eq!(count(backend, &url, &failed).await, 12, "nothing more: each event failed once");
+    assert_eq!(settle(&store).await, 0);
     assert_eq!(
         count(backend, &url, "SELECT COUNT(*) FROM webhook_endpoints WHERE paused_after IS NOT NULL").await,
         0
@@ -154,6 +161,88 @@ both_backends!(
     a_disabled_endpoint_fails_what_it_is_owed
 );
 
+/// PostgreSQL: a transaction in flight on a connection of its own that has written an event
+/// about `subject` at `at` (its fan-out ran) and not committed yet ([`commit`]).
+async fn writing_event(url: &str, tenant: &TenantId, subject: &str, at: i64) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let mut writer = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut writer).await.unwrap();
+    sqlx::query(
+        "INSERT INTO webhook_events (tenant_id, event_type, subject_id, data, occurred_at)
+         VALUES ($1, 'suppression.created', $2, '{}', $3)",
+    )
+    .bind(tenant)
+    .bind(subject)
+    .bind(at)
+    .execute(&mut writer)
+    .await
+    .unwrap();
+    writer
+}
+
+async fn commit(mut writer: sqlx::PgConnection) {
+    sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
+}
+
+/// Settles the disabled endpoints, waiting for PostgreSQL's fan-out lock: how many.
+async fn settle(store: &Store) -> usize {
+    let settled = store.settle_disabled_webhook_endpoints(800, FanOutLock::Wait).await.unwrap();
+    settled.expect("waited for the lock")
+}
+
+/// PostgreSQL: an endpoint disabled while a transaction is writing an event, which commits
+/// after the disable did. Its fan-out saw the endpoint as it was: paused (the event is owed, and
+/// the disable, which could not see it, did not fail it) or not (a pending message to an
+/// endpoint now disabled). Settled with the fan-out lock held, both become failed messages, so
+/// that `recover` finds them, each once.
+#[tokio::test]
+async fn a_disabled_endpoint_settles_the_events_being_written() {
+    let backend = Backend::Postgres;
+    if !backend.available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    let paused_one = add_endpoint(&store, &tenant, None).await;
+    let other = add_endpoint(&store, &tenant, None).await;
+    events(&store, &tenant, 0, 3, 0).await;
+    pause(&store, &paused_one).await;
+    events(&store, &tenant, 3, 5, 0).await;
+    let writer = writing_event(&url, &tenant, "sup_in_flight", 300).await;
+    let disabled =
+        EndpointChanges { status: Some((EndpointStatus::Disabled, None)), ..EndpointChanges::default() };
+    for id in [&paused_one, &other] {
+        store.update_webhook_endpoint(tenant.clone(), id.clone(), disabled.clone(), 500).await.unwrap();
+    }
+    commit(writer).await;
+    let with = |id: &WebhookEndpointId, status: &str| {
+        format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{id}' AND status = '{status}'")
+    };
+    assert_eq!(count(backend, &url, &with(&paused_one, "failed")).await, 5, "what the disable saw");
+    assert_eq!(count(backend, &url, &with(&other, "pending")).await, 1, "the event in flight's message");
+
+    assert_eq!(settle(&store).await, 2);
+    assert_eq!(count(backend, &url, &with(&paused_one, "failed")).await, 6, "the owed event in flight too");
+    assert_eq!(count(backend, &url, &with(&other, "failed")).await, 6);
+    assert_eq!(count(backend, &url, &with(&other, "pending")).await, 0, "nothing left pending");
+    assert_eq!(
+        count(backend, &url, "SELECT COUNT(*) FROM webhook_endpoints WHERE paused_after IS NOT NULL").await,
+        0,
+        "settled"
+    );
+    assert_eq!(settle(&store).await, 0, "nothing more to settle");
+    let enabled =
+        EndpointChanges { status: Some((EndpointStatus::Enabled, None)), ..EndpointChanges::default() };
+    store.update_webhook_endpoint(tenant.clone(), paused_one.clone(), enabled, 600).await.unwrap();
+    assert!(!paused(&store, &paused_one).await);
+    assert_eq!(
+        store.recover_webhook_messages(paused_one.clone(), 0, 700).await.unwrap(),
+        6,
+        "each event once"
+    );
+    store.close().await;
+}
+
 /// PostgreSQL: a pause waits for the transactions that are writing events (or, only trying the
 /// lock, does nothing while one is in flight). One that wrote an
 /// event before the pause and commits after it keeps that event's message (its fan-out saw the
@@ -164,20 +253,10 @@ async fn a_pause_waits_for_the_events_being_written() {
     if !backend.available() {
         return;
     }
-    use sqlx::Connection;
     let dir = tempfile::tempdir().unwrap();
     let (store, tenant, url) = open(backend, dir.path()).await;
     let dead = add_endpoint(&store, &tenant, None).await;
-    let mut writer = sqlx::PgConnection::connect(&url).await.unwrap();
-    let mut tx = writer.begin().await.unwrap();
-    sqlx::query(
-        "INSERT INTO webhook_events (tenant_id, event_type, subject_id, data, occurred_at)
-         VALUES ($1, 'suppression.created', 'sup_1', '{}', 5)",
-    )
-    .bind(&tenant)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    let writer = writing_event(&url, &tenant, "sup_1", 5).await;
     assert_eq!(
         store.pause_webhook_endpoint(dead.clone(), FanOutLock::Try).await.unwrap(),
         None,
@@ -189,7 +268,7 @@ async fn a_pause_waits_for_the_events_being_written() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!pausing.is_finished(), "the pause waits for the transaction writing an event");
-    tx.commit().await.unwrap();
+    commit(writer).await;
     assert_eq!(pausing.await.unwrap().unwrap(), Some(true));
     assert_eq!(
         messages_of(backend, &url, &dead).await,
@@ -201,39 +280,59 @@ async fn a_pause_waits_for_the_events_being_written() {
     store.close().await;
 }
 
-/// The daemon: a dead endpoint trips after five failures and is paused; while it is dead its
-/// later events make no messages (a probe a second makes one); once it answers, every event
-/// arrives, each subject's in order, and it is resumed.
-async fn a_dead_endpoint_is_paused_then_caught_up(backend: Backend) {
+/// The daemon: a dead endpoint trips after five failures and is paused (the API shows it);
+/// while it is dead its later events make no messages (a probe a second makes one); once it
+/// answers, every event arrives, each subject's in order, each event's message made once, and it
+/// is resumed. With two daemons sharing PostgreSQL (`daemons` 2, the API's requests to each in
+/// turn), whichever trips first pauses it, the other's dispatcher reads it as paused and probes
+/// it too, and their catch-ups are serialized by the fan-out lock and the endpoint's row.
+async fn paused_then_caught_up(backend: Backend, daemons: usize) {
     let extra = vec![
         ("HERALD_WEBHOOK_ENDPOINT_CONCURRENCY", "4".to_owned()),
         ("HERALD_WEBHOOK_RETRY_SCHEDULE", ["100ms"; 20].join(",")),
     ];
-    let (d, _boot, key, receiver) = start_with(backend, extra).await;
-    let url = d.database_url.clone();
+    let (first, boot, key, receiver) = start_with(backend, extra.clone()).await;
+    let mut others = Vec::new();
+    for _ in 1..daemons {
+        others.push(first.start_sharing([crate::webhooks::env(), extra.clone()].concat()).await);
+    }
+    let keys: Vec<_> =
+        std::iter::once(key.clone()).chain(others.iter().map(|d| d.with_token(&boot.api_key))).collect();
+    let client = |i: usize| &keys[i % keys.len()];
+    let url = first.database_url.clone();
     let dead = endpoint(&key, &receiver, "dead", None).await.endpoint.endpoint_id;
     endpoint(&key, &receiver, "live", None).await;
     receiver.set_answers("dead", &["500"]);
     let mut added = Vec::new();
     for i in 0..10 {
-        added.push(suppress(&key, Channel::Email, &format!("a{i}@example.com")).await);
+        added.push(suppress(client(i), Channel::Email, &format!("a{i}@example.com")).await);
     }
     let paused_sql = "SELECT COUNT(*) FROM webhook_endpoints WHERE paused_after IS NOT NULL";
     eventually("the dead endpoint to be paused", WAIT, || async {
         (count(backend, &url, paused_sql).await == 1).then_some(())
     })
     .await;
+    let shown: serde_json::Value = key.get(&format!("/api/v1/webhooks/{dead}")).await.unwrap();
+    assert_eq!(
+        (shown["status"].as_str(), shown["paused"].as_bool()),
+        (Some("enabled"), Some(true)),
+        "{shown}"
+    );
+    assert!(shown["failing_since"].is_string(), "{shown}");
     let before = messages_of(backend, &url, &dead).await;
     for i in 10..60 {
-        added.push(suppress(&key, Channel::Email, &format!("a{i}@example.com")).await);
+        added.push(suppress(client(i), Channel::Email, &format!("a{i}@example.com")).await);
     }
-    for s in &added[..10] {
-        key.delete(&format!("/api/v1/suppressions/{}", s.suppression_id)).await.unwrap();
+    for (i, s) in added[..10].iter().enumerate() {
+        client(i + 1).delete(&format!("/api/v1/suppressions/{}", s.suppression_id)).await.unwrap();
     }
     receiver.wait_for("live", 70, WAIT).await;
     let during = messages_of(backend, &url, &dead).await - before;
     // Each probe while it is dead makes one message; queued, the 60 events would make 60.
-    assert!(during <= 10, "{during} messages made for a paused endpoint's 60 events");
+    assert!(
+        during <= 10 * daemons as i64,
+        "{during} messages made by {daemons} daemon(s) for a paused endpoint's 60 events"
+    );
 
     receiver.set_answers("dead", &["ok"]);
     let arrived = eventually("every event to reach the endpoint once it answers", WAIT, || async {
@@ -260,12 +359,31 @@ async fn a_dead_endpoint_is_paused_then_caught_up(backend: Backend) {
             s.suppression_id
         );
     }
+    let twice = format!(
+        "SELECT COUNT(*) FROM (SELECT event_id FROM webhook_messages WHERE endpoint_id = '{dead}'
+         GROUP BY event_id HAVING COUNT(*) > 1) twice"
+    );
+    assert_eq!(count(backend, &url, &twice).await, 0, "no event's message made twice");
+    assert_eq!(messages_of(backend, &url, &dead).await, 70);
     eventually("the endpoint to be resumed", WAIT, || async {
         (count(backend, &url, paused_sql).await == 0).then_some(())
     })
     .await;
+    let shown: serde_json::Value = key.get(&format!("/api/v1/webhooks/{dead}")).await.unwrap();
+    assert_eq!((shown["paused"].as_bool(), shown["failing_since"].is_null()), (Some(false), true), "{shown}");
+}
+
+async fn a_dead_endpoint_is_paused_then_caught_up(backend: Backend) {
+    paused_then_caught_up(backend, 1).await;
 }
 both_backends!(
     a_dead_endpoint_is_paused_then_caught_up_on_each_backend,
     a_dead_endpoint_is_paused_then_caught_up
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_pause_and_catch_up_a_dead_endpoint_on_postgres() {
+    if Backend::Postgres.available() {
+        paused_then_caught_up(Backend::Postgres, 2).await;
+    }
+}

@@ -59,6 +59,7 @@ pub(crate) async fn add_endpoint_as(
             secret_generation: 1,
             previous_until: None,
             failing_since,
+            paused_after: None,
             created_at: 1,
             updated_at: 1,
         })

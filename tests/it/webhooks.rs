@@ -499,6 +499,7 @@ async fn private_networks_are_refused(backend: Backend) {
             secret_generation: 1,
             previous_until: None,
             failing_since: None,
+            paused_after: None,
             created_at: now,
             updated_at: now,
         })

@@ -68,6 +68,8 @@ pub(crate) mod tests {
             application_id: None,
             status,
             disabled_reason: None,
+            failing_since: None,
+            paused: false,
             created_at: Timestamp::from_millis(0),
         }
     }

@@ -216,6 +216,8 @@ impl Command {
 
 fn status(e: &WebhookEndpoint) -> Cell {
     match e.status {
+        // Failing, its later events held until it answers: not "enabled" as a healthy one is.
+        EndpointStatus::Enabled if e.paused => cell("paused", Tone::Busy),
         EndpointStatus::Enabled => cell("enabled", Tone::Good),
         EndpointStatus::Disabled => cell("disabled", Tone::Bad),
     }
@@ -250,6 +252,14 @@ fn fields(out: &Output, e: &WebhookEndpoint) -> Vec<(&'static str, Cell)> {
     ];
     if let Some(reason) = &e.disabled_reason {
         fields.push(("disabled", cell(reason.clone(), Tone::Bad)));
+    }
+    if let Some(since) = e.failing_since.filter(|_| e.status == EndpointStatus::Enabled) {
+        let failing = if e.paused {
+            format!("{} (paused: a probe a second, its later events held until it answers)", out.time(since))
+        } else {
+            out.time(since)
+        };
+        fields.push(("failing since", cell(failing, Tone::Bad)));
     }
     if let Some(description) = &e.description {
         fields.push(("description", description.clone().into()));

@@ -78,6 +78,14 @@ pub struct WebhookEndpoint {
     pub status: EndpointStatus,
     /// Why it was disabled (`410 Gone`, no success for 5 days, or an operator).
     pub disabled_reason: Option<String>,
+    /// When its current run of failures began (no attempt has succeeded since); `null` once one
+    /// succeeds. Failing for `HERALD_WEBHOOK_DISABLE_AFTER` (5 days) disables it.
+    #[serde(default)]
+    pub failing_since: Option<Timestamp>,
+    /// Enabled, but failing so that Herald sends it only a probe a second: its later events are
+    /// held (owed, in order) and go once it answers.
+    #[serde(default)]
+    pub paused: bool,
     pub created_at: Timestamp,
 }
 

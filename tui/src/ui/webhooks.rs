@@ -53,6 +53,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         .flat_map(|h| {
             let e = &h.endpoint;
             let (status, color) = match e.status {
+                EndpointStatus::Enabled if e.paused => ("paused", Color::Yellow),
                 EndpointStatus::Enabled => ("enabled", Color::Green),
                 EndpointStatus::Disabled => ("disabled", Color::Red),
             };
@@ -69,8 +70,13 @@ pub fn draw(frame: &mut Frame, app: &App) {
                 Cell::from(last.unwrap_or_else(|| "never".into())),
                 Cell::from(about),
             ]);
-            let why = e.disabled_reason.as_ref().map(|reason| {
-                let why = Cell::from(format!("↳ {reason}")).style(Style::default().fg(Color::Red));
+            // Why it is disabled, or how long a paused one has been failing.
+            let paused = e.paused.then(|| match e.failing_since {
+                Some(since) => format!("failing for {}; its events held", age(app.now_ms, since)),
+                None => "failing; its events held".to_owned(),
+            });
+            let why = e.disabled_reason.clone().or(paused).map(|reason| {
+                let why = Cell::from(format!("↳ {reason}")).style(Style::default().fg(color));
                 Row::new(vec![
                     Cell::from(""),
                     Cell::from(""),
@@ -136,6 +142,8 @@ mod tests {
         let mut gone = endpoint("https://old.example.com/in", EndpointStatus::Disabled);
         gone.endpoint_id = WebhookEndpointId::parse("whe_01kqzs0000000000000000000b").unwrap();
         gone.disabled_reason = Some("the endpoint answered 410 Gone".into());
+        let mut dead = endpoint("https://down.example.com/hooks", EndpointStatus::Enabled);
+        (dead.paused, dead.failing_since) = (true, Some(Timestamp::from_millis(NOW - 180_000)));
         let ok = |n| (0..n).map(|_| message(MessageStatus::Succeeded, &[Some(200)])).collect::<Vec<_>>();
         let mut flaky = ok(3);
         flaky.push(message(MessageStatus::Pending, &[Some(500)]));
@@ -146,6 +154,7 @@ mod tests {
                 endpoint("https://flaky.example.com/h", EndpointStatus::Enabled),
                 &page(flaky),
             ),
+            EndpointHealth::of(dead, &page(vec![message(MessageStatus::Pending, &[None, Some(503)])])),
         ];
         let recently = Some(Timestamp::from_millis(NOW - 2_000));
         let health = health.into_iter().map(|h| EndpointHealth { last_attempt: recently, ..h }).collect();
@@ -154,6 +163,7 @@ mod tests {
         insta::assert_snapshot!("webhooks_100x24", screen);
         assert!(screen.contains("100% of 40") && screen.contains("75% of 4"), "{screen}");
         assert!(screen.contains("disabled") && screen.contains("410 Gone"), "{screen}");
+        assert!(screen.contains("paused") && screen.contains("failing for 3m"), "{screen}");
         // It loads again while open, and not once closed.
         assert_eq!(
             app.update(Action::Tick(NOW + 4_000 + REFRESH_MS)),

@@ -24,7 +24,8 @@
 //!
 //! The messages are made with the change that wrote their event (PostgreSQL in its statement,
 //! SQLite just before its commit); on SQLite the [`fan_out`] task makes those that could not be.
-//! On PostgreSQL the [`statistics`] task keeps the planner's view of the outbox fresh.
+//! On PostgreSQL the [`statistics`] task keeps the planner's view of the outbox fresh, and the
+//! [`settle`] task finishes what disabling an endpoint began.
 //! Each attempt is [`send`]'s.
 //!
 //! The dispatcher wakes when messages are inserted (the store's webhook wake-up: SQLite's update
@@ -40,6 +41,7 @@
 mod fan_out;
 mod recorder;
 mod send;
+mod settle;
 mod statistics;
 
 use std::{
@@ -52,7 +54,7 @@ use herald_common::ids::WebhookEndpointId;
 use tokio::{sync::mpsc, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 
-pub use self::{fan_out::run_fan_out, send::http_client, statistics::run_statistics};
+pub use self::{fan_out::run_fan_out, send::http_client, settle::run_settle, statistics::run_statistics};
 use self::{
     recorder::Recorder,
     send::{Done, Meters, Send, Sender, Target},

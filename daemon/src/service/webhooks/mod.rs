@@ -125,6 +125,8 @@ pub fn view(record: WebhookEndpointRecord) -> WebhookEndpoint {
         application_id: record.application_id,
         status: record.status,
         disabled_reason: record.disabled_reason,
+        failing_since: record.failing_since.map(Timestamp::from_millis),
+        paused: record.status == EndpointStatus::Enabled && record.paused_after.is_some(),
         created_at: Timestamp::from_millis(record.created_at),
     }
 }
@@ -206,6 +208,7 @@ pub async fn create(
         secret_generation: 1,
         previous_until: None,
         failing_since: None,
+        paused_after: None,
         created_at: now,
         updated_at: now,
     };

@@ -44,6 +44,8 @@ pub struct WebhookEndpointRecord {
     /// The previous generation also signs until then.
     pub previous_until: Option<i64>,
     pub failing_since: Option<i64>,
+    /// Paused (or, disabled, not settled yet): the last event fanned out to it (`pause.rs`).
+    pub paused_after: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -60,6 +62,7 @@ super::local::local_row!(WebhookEndpointRecord {
     secret_generation,
     previous_until,
     failing_since,
+    paused_after,
     created_at,
     updated_at
 });
@@ -67,7 +70,7 @@ super::local::local_row!(WebhookEndpointRecord {
 macro_rules! endpoint_columns {
     () => {
         "id, tenant_id, application_id, url, description, event_types, status, disabled_reason, \
-         secret_generation, previous_until, failing_since, created_at, updated_at"
+         secret_generation, previous_until, failing_since, paused_after, created_at, updated_at"
     };
 }
 
@@ -91,7 +94,7 @@ impl Store {
                         "INSERT INTO webhook_endpoints (",
                         endpoint_columns!(),
                         ")
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
                     ),
                     &record.id,
                     &record.tenant_id,
@@ -104,6 +107,7 @@ impl Store {
                     record.secret_generation,
                     record.previous_until,
                     record.failing_since,
+                    record.paused_after,
                     record.created_at,
                     record.updated_at
                 )?;
@@ -356,6 +360,16 @@ async fn notify_webhooks(conn: &mut Conn<'_>) -> StoreResult<()> {
 
 /// Fails an endpoint's pending messages, and those it is owed if paused (it was disabled).
 async fn fail_pending(conn: &mut Conn<'_>, endpoint_id: &WebhookEndpointId, now: i64) -> StoreResult<()> {
+    fail_pending_messages(conn, endpoint_id, now).await?;
+    pause::fail_owed(conn, endpoint_id, now).await
+}
+
+/// Fails an endpoint's pending messages.
+async fn fail_pending_messages(
+    conn: &mut Conn<'_>,
+    endpoint_id: &WebhookEndpointId,
+    now: i64,
+) -> StoreResult<()> {
     execute!(
         conn,
         "UPDATE webhook_messages SET status = 'failed', next_attempt_at = NULL, lease = NULL, updated_at = $2
@@ -363,5 +377,5 @@ async fn fail_pending(conn: &mut Conn<'_>, endpoint_id: &WebhookEndpointId, now:
         endpoint_id,
         now
     )?;
-    pause::fail_owed(conn, endpoint_id, now).await
+    Ok(())
 }

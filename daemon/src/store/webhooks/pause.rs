@@ -23,8 +23,8 @@ use std::sync::LazyLock;
 
 use herald_common::ids::WebhookEndpointId;
 
-use super::{fan_out::endpoint_wants_event, notify_webhooks};
-use crate::store::{Conn, Engine, Store, StoreResult, execute, scalar};
+use super::{fail_pending_messages, fan_out::endpoint_wants_event, notify_webhooks};
+use crate::store::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
 
 /// How long a pause or a catch-up that waits for the lock ([`Lock::Wait`]) waits for the event
 /// writers in flight on PostgreSQL: they wait behind it meanwhile, so it gives up (and the
@@ -83,13 +83,20 @@ fn owed_messages_sql(engine: Engine, pending: bool) -> String {
     } else {
         ("failed", "NULL".to_owned())
     };
+    // A disabled endpoint's owed events are failed twice on PostgreSQL (at once, then by
+    // [`Store::settle_disabled_webhook_endpoints`]); the second makes only what the first did not.
+    let unmade = if pending {
+        ""
+    } else {
+        "AND NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.event_id = v.id AND m.endpoint_id = e.id)"
+    };
     let wants = endpoint_wants_event!();
     format!(
         "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status,
                                        next_attempt_at, created_at, updated_at)
          SELECT e.id, v.id, v.event_type, v.subject_id, '{status}', {due}, v.occurred_at, $5
          FROM webhook_events v JOIN webhook_endpoints e ON e.id = $1 AND {wants}
-         WHERE v.id > $2 AND v.id <= $3 AND v.endpoint_id IS NULL
+         WHERE v.id > $2 AND v.id <= $3 AND v.endpoint_id IS NULL {unmade}
          ORDER BY v.id LIMIT $4
          RETURNING event_id"
     )
@@ -169,8 +176,14 @@ impl Store {
 }
 
 /// A disabled endpoint's owed events become failed messages (as its pending messages do), so
-/// that `recover` finds them; it is no longer paused. The events being written in that instant
-/// on PostgreSQL (no lock is taken here: this runs in the writer's transactions) may be left out.
+/// that `recover` finds them; on SQLite it is no longer paused.
+///
+/// On PostgreSQL this runs in the writer's transactions, without the fan-out lock, so it sees
+/// only the events committed so far: a transaction in flight may still commit an event that
+/// its fan-out found the endpoint paused for (owed, no message), or enabled (a pending message
+/// to an endpoint now disabled). So the endpoint keeps a `paused_after` (set to the last event
+/// if it was not paused), which marks it as not settled yet, and
+/// [`Store::settle_disabled_webhook_endpoints`] finishes the work with the lock held.
 pub(super) async fn fail_owed(
     conn: &mut Conn<'_>,
     endpoint_id: &WebhookEndpointId,
@@ -183,9 +196,63 @@ pub(super) async fn fail_owed(
         "SELECT paused_after FROM webhook_endpoints WHERE id = $1",
         endpoint_id
     )?;
-    let Some(after) = paused.flatten() else { return Ok(()) };
-    let sql = owed_messages(conn.engine(), false);
-    let _: Vec<i64> = scalar!(conn, fetch_all, i64, sql, endpoint_id, after, i64::MAX, i64::MAX, now)?;
-    execute!(conn, "UPDATE webhook_endpoints SET paused_after = NULL WHERE id = $1", endpoint_id)?;
+    let Some(paused) = paused else { return Ok(()) };
+    if let Some(after) = paused {
+        let sql = owed_messages(conn.engine(), false);
+        let _: Vec<i64> = scalar!(conn, fetch_all, i64, sql, endpoint_id, after, i64::MAX, i64::MAX, now)?;
+    }
+    let settled = if conn.engine() == Engine::Postgres {
+        "UPDATE webhook_endpoints SET paused_after =
+             COALESCE(paused_after, (SELECT COALESCE(MAX(id), 0) FROM webhook_events))
+         WHERE id = $1"
+    } else {
+        "UPDATE webhook_endpoints SET paused_after = NULL WHERE id = $1"
+    };
+    execute!(conn, settled, endpoint_id)?;
     Ok(())
+}
+
+impl Store {
+    /// PostgreSQL: settles the endpoints disabled since the last call ([`fail_owed`] says why),
+    /// holding the fan-out lock, so that no transaction writing an event is in flight: their
+    /// pending messages fail, every event after the endpoint's `paused_after` that it wants and
+    /// has no message for becomes a failed message (the events of the instant it was disabled,
+    /// and those of the moment since), and `paused_after` is cleared. How many it settled, or
+    /// `None` if the lock was not free ([`Lock::Try`]). Nothing to do (the usual case, and
+    /// always on SQLite) takes no lock.
+    pub async fn settle_disabled_webhook_endpoints(
+        &self,
+        now: i64,
+        lock: Lock,
+    ) -> StoreResult<Option<usize>> {
+        const UNSETTLED: &str = "SELECT id, paused_after FROM webhook_endpoints
+                                 WHERE status <> 'enabled' AND paused_after IS NOT NULL";
+        const UNSETTLED_LOCKED: &str = "SELECT id, paused_after FROM webhook_endpoints
+                                        WHERE status <> 'enabled' AND paused_after IS NOT NULL FOR UPDATE";
+        if self.engine() != Engine::Postgres {
+            return Ok(Some(0));
+        }
+        let mut conn = self.read().await?;
+        let unsettled: Vec<(WebhookEndpointId, i64)> =
+            fetch!(&mut conn.conn(), fetch_all, (WebhookEndpointId, i64), UNSETTLED)?;
+        drop(conn);
+        if unsettled.is_empty() {
+            return Ok(Some(0));
+        }
+        self.write_apart(move |conn| {
+            Box::pin(async move {
+                let Some(last) = fanned_out(conn, lock).await? else { return Ok(None) };
+                let unsettled: Vec<(WebhookEndpointId, i64)> =
+                    fetch!(conn, fetch_all, (WebhookEndpointId, i64), UNSETTLED_LOCKED)?;
+                for (id, after) in &unsettled {
+                    fail_pending_messages(conn, id, now).await?;
+                    let sql = owed_messages(conn.engine(), false);
+                    let _: Vec<i64> = scalar!(conn, fetch_all, i64, sql, id, *after, last, i64::MAX, now)?;
+                    execute!(conn, "UPDATE webhook_endpoints SET paused_after = NULL WHERE id = $1", id)?;
+                }
+                Ok(Some(unsettled.len()))
+            })
+        })
+        .await
+    }
 }
