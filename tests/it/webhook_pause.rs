@@ -82,7 +82,7 @@ async fn a_paused_endpoint_is_owed_its_events_and_caught_up_in_order(backend: Ba
 
     // Retention keeps the owed events, which no message refers to yet.
     store.delete_webhook_endpoint(tenant.clone(), live.clone()).await.unwrap();
-    store.delete_settled_webhook_messages(i64::MAX).await.unwrap();
+    store.delete_settled_webhook_messages(i64::MAX, 1_000).await.unwrap();
     assert_eq!(count(backend, &url, "SELECT COUNT(*) FROM webhook_events").await, 80, "owed events kept");
 
     // One to probe with, then groups; the last resumes it.

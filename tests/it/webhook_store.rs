@@ -225,7 +225,7 @@ async fn a_group_settles_each_message_and_endpoint(backend: Backend) {
     assert_eq!(count("SELECT COUNT(*) FROM webhook_messages").await, messages_before - 3);
     assert_eq!(count("SELECT COUNT(*) FROM webhook_attempts").await, attempts_before - 3);
     // Settled messages are deleted by housekeeping with their attempts.
-    store.delete_settled_webhook_messages(i64::MAX).await.unwrap();
+    store.delete_settled_webhook_messages(i64::MAX, 1_000).await.unwrap();
     assert_eq!(count("SELECT COUNT(*) FROM webhook_messages WHERE status <> 'pending'").await, 0);
     assert_eq!(
         count("SELECT COUNT(*) FROM webhook_attempts a WHERE NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.id = a.message_id)").await,
@@ -236,6 +236,59 @@ async fn a_group_settles_each_message_and_endpoint(backend: Backend) {
 both_backends!(
     a_group_settles_each_message_and_endpoint_on_each_backend,
     a_group_settles_each_message_and_endpoint
+);
+
+/// Retention deletes the messages settled before its time, then the events before it that no
+/// message needs, in writes of at most `chunk` rows each; it reads the events in id order only
+/// up to the first that occurred at or after its time (the events after that one wait for a
+/// later run), not the whole outbox.
+async fn retention_deletes_in_chunks_up_to_the_first_recent_event(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    add_endpoint(&store, &tenant, None).await;
+    for i in 0..30 {
+        store.add_suppression(suppression(&tenant, i)).await.unwrap();
+    }
+    let nth_event = |n: usize| format!("(SELECT id FROM webhook_events ORDER BY id LIMIT 1 OFFSET {n})");
+    backend
+        .execute(
+            &url,
+            &[
+                // The first 25 messages settled long ago; the last 5 are still pending.
+                "UPDATE webhook_messages SET status = 'succeeded', updated_at = 100
+                 WHERE event_id IN (SELECT id FROM webhook_events ORDER BY id LIMIT 25)"
+                    .to_owned(),
+                // The 21st event occurred after the retention's time.
+                format!("UPDATE webhook_events SET occurred_at = 5000 WHERE id = {}", nth_event(20)),
+            ],
+        )
+        .await;
+    let count = |sql: &'static str| {
+        let url = url.clone();
+        async move { backend.count(&url, sql).await }
+    };
+    assert_eq!(store.delete_settled_webhook_messages(1_000, 7).await.unwrap(), 25, "in chunks of 7");
+    assert_eq!(count("SELECT COUNT(*) FROM webhook_messages").await, 5, "the pending ones kept");
+    assert_eq!(count("SELECT COUNT(*) FROM webhook_events").await, 10, "the first 20 events deleted");
+    assert_eq!(
+        count("SELECT COUNT(*) FROM webhook_events WHERE occurred_at < 1000 AND id < (SELECT MIN(event_id) FROM webhook_messages)").await,
+        4,
+        "the 4 old events after the recent one, unneeded, wait for a later run"
+    );
+    backend
+        .execute(&url, &[format!("UPDATE webhook_events SET occurred_at = 30 WHERE id = {}", nth_event(0))])
+        .await;
+    assert_eq!(store.delete_settled_webhook_messages(1_000, 7).await.unwrap(), 0);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM webhook_events").await,
+        5,
+        "only the pending messages' events left"
+    );
+    store.close().await;
+}
+both_backends!(
+    retention_deletes_in_chunks_up_to_the_first_recent_event_on_each_backend,
+    retention_deletes_in_chunks_up_to_the_first_recent_event
 );
 
 /// A group of 120 attempts, one per endpoint, half succeeding: every message settles, and each

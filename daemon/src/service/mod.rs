@@ -71,7 +71,7 @@ pub async fn housekeeping(state: AppState, shutdown: CancellationToken) {
             Err(e) => tracing::warn!(error = %e, "cannot delete lapsed streams"),
         }
         let settled = state.clock.now_millis() - webhooks::RETENTION.as_millis() as i64;
-        match state.store.delete_settled_webhook_messages(settled).await {
+        match state.store.delete_settled_webhook_messages(settled, webhooks::RETENTION_CHUNK).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(messages = n, "deleted settled webhook messages"),
             Err(e) => tracing::warn!(error = %e, "cannot delete settled webhook messages"),

@@ -42,6 +42,8 @@ pub const MAX_URL_LEN: usize = 2048;
 pub const MAX_DESCRIPTION_LEN: usize = 1024;
 /// How long a settled (succeeded or failed) message is kept for `deliveries` and `recover`.
 pub const RETENTION: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+/// How many rows each of housekeeping's writes deletes ([`crate::store::Store::delete_settled_webhook_messages`]).
+pub const RETENTION_CHUNK: i64 = 1_000;
 /// What an operator's disabling says.
 const DISABLED_BY_OPERATOR: &str = "disabled by an operator";
 
