@@ -115,6 +115,24 @@ async fn operate(backend: Backend) {
         (count("fail") > tries).then_some(())
     })
     .await;
+    // Five failures in a row trip it: paused (a probe a second, its later events held), which
+    // `list` and `get` show.
+    cli.run(&["webhooks", "test", &failing]).await.ok();
+    let paused = eventually("the failing endpoint to be paused", WAIT, || async {
+        let e = cli.run(&["webhooks", "get", &failing, "--json"]).await.json();
+        (e["paused"] == true).then_some(e)
+    })
+    .await;
+    assert!(paused["failing_since"].is_string() && paused["status"] == "enabled", "{paused}");
+    // And it stays paused while it is probed with nothing owed (a probe a second).
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let still = cli.run(&["webhooks", "get", &failing, "--json"]).await.json();
+    assert_eq!(still["paused"], true, "{still}");
+    let table = cli.run(&["webhooks", "list"]).await;
+    let line = table.ok().lines().find(|l| l.contains(&failing)).unwrap_or_default().to_owned();
+    assert!(line.contains("paused"), "{}", table.stdout);
+    let shown = cli.run(&["webhooks", "get", &failing]).await;
+    assert!(shown.ok().contains("failing since") && shown.ok().contains("paused"), "{}", shown.stdout);
 
     // A gone endpoint is disabled at once, with the reason.
     let gone = add(&hooks.url("gone"), "gone").await;
@@ -137,10 +155,11 @@ async fn operate(backend: Backend) {
         l.contains("disabled") && l.contains("0% of 1")
     })
     .await;
-    line_with(&term, &hooks.url("fail"), "the failing endpoint", |l| {
-        l.contains("enabled") && l.contains("0% of")
+    line_with(&term, &hooks.url("fail"), "the failing endpoint, paused", |l| {
+        l.contains("paused") && l.contains("0% of")
     })
     .await;
+    line_with(&term, "failing for", "how long it has been failing", |_| true).await;
     // `q` closes the panel (no Escape: an Escape then `q` sent at once reads as Alt-q), then quits.
     term.keys(&["q"]);
     eventually("the panel to close", WAIT, || async {

@@ -49,7 +49,15 @@ async fn pause(store: &Store, endpoint: &WebhookEndpointId) -> bool {
 
 /// Makes up to `limit` of `endpoint`'s owed messages: how many, and whether it is still paused.
 async fn catch_up(store: &Store, endpoint: &WebhookEndpointId, limit: i64) -> (usize, bool) {
-    let done = store.catch_up_webhook_endpoint(endpoint.clone(), limit, 100, FanOutLock::Wait).await.unwrap();
+    let done =
+        store.catch_up_webhook_endpoint(endpoint.clone(), limit, 100, FanOutLock::Wait, true).await.unwrap();
+    done.expect("waited for the lock")
+}
+
+/// A probe's catch-up of `endpoint` (it still fails): at most one message, never resumed.
+async fn probe(store: &Store, endpoint: &WebhookEndpointId) -> (usize, bool) {
+    let done =
+        store.catch_up_webhook_endpoint(endpoint.clone(), 1, 100, FanOutLock::Wait, false).await.unwrap();
     done.expect("waited for the lock")
 }
 
@@ -76,6 +84,10 @@ async fn a_paused_endpoint_is_owed_its_events_and_caught_up_in_order(backend: Ba
     assert!(pause(&store, &dead).await, "paused now");
     assert!(!pause(&store, &dead).await, "already paused");
     assert!(paused(&store, &dead).await && !paused(&store, &live).await);
+    // A probe (the endpoint still fails) that finds nothing owed leaves it paused: resumed, its
+    // later events would make messages again while it is dead.
+    assert_eq!(probe(&store, &dead).await, (0, true), "nothing owed yet");
+    assert!(paused(&store, &dead).await, "still paused");
     events(&store, &tenant, 10, 60, 20).await;
     assert_eq!(messages_of(backend, &url, &dead).await, 10, "no message for an owed event");
     assert_eq!(messages_of(backend, &url, &live).await, 80, "the live endpoint gets every event");
@@ -86,9 +98,10 @@ async fn a_paused_endpoint_is_owed_its_events_and_caught_up_in_order(backend: Ba
     assert_eq!(count(backend, &url, "SELECT COUNT(*) FROM webhook_events").await, 80, "owed events kept");
 
     // One to probe with, then groups; the last resumes it.
+    assert_eq!(probe(&store, &dead).await, (1, true), "a probe's one");
     assert_eq!(catch_up(&store, &dead, 1).await, (1, true));
     assert_eq!(catch_up(&store, &dead, 25).await, (25, true));
-    assert_eq!(catch_up(&store, &dead, 1_000).await, (44, false));
+    assert_eq!(catch_up(&store, &dead, 1_000).await, (43, false));
     assert!(!paused(&store, &dead).await, "resumed");
     assert_eq!(catch_up(&store, &dead, 1_000).await, (0, false));
     assert_eq!(messages_of(backend, &url, &dead).await, 80);

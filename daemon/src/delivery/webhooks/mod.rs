@@ -180,18 +180,19 @@ struct Lane {
 }
 
 impl Lane {
-    /// A lane for an endpoint as the store has it: one found paused (by this daemon before a
-    /// restart, or by another) is probed first.
-    fn new(paused: bool) -> Self {
-        Self { paused, failures: if paused { TRIP_AFTER } else { 0 }, ..Self::default() }
+    /// A lane for an endpoint as the store has it: one found paused and failing (by this daemon
+    /// before a restart, or by another) is probed first; paused and not failing (it answered
+    /// since, or was enabled again before PostgreSQL settled its disabling), caught up.
+    fn new(paused: bool, failing: bool) -> Self {
+        Self { paused, failures: if paused && failing { TRIP_AFTER } else { 0 }, ..Self::default() }
     }
 
     /// Takes the store's word on whether it is paused. Paused by another daemon (whose breaker
-    /// tripped) while this one's had not, it is probed from now on too: otherwise this daemon,
-    /// finding it paused and not tripped here, would take it for one that answers again and make
-    /// a group of its owed messages for a dead endpoint.
-    fn saw_paused(&mut self, paused: bool) {
-        if paused && !self.paused && !self.tripped() {
+    /// tripped) while this one's had not, and failing, it is probed from now on too: otherwise
+    /// this daemon, finding it paused and not tripped here, would take it for one that answers
+    /// again and make a group of its owed messages for a dead endpoint.
+    fn saw_paused(&mut self, paused: bool, failing: bool) {
+        if paused && failing && !self.paused && !self.tripped() {
             self.failures = TRIP_AFTER;
         }
         self.paused = paused;
@@ -254,7 +255,9 @@ impl Lane {
             }
             Outcome::Failed => {
                 self.failures = self.failures.saturating_add(1);
-                self.pause |= self.failures == TRIP_AFTER && !self.paused;
+                // Tripped and not paused (just now, or resumed meanwhile by another daemon that
+                // it answered): paused again.
+                self.pause |= self.tripped() && !self.paused;
                 if self.tripped() {
                     self.probe_at = Some(now + millis(PROBE_EVERY));
                 }
@@ -358,9 +361,11 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                 lane.in_flight > 0
             });
             for endpoint in endpoints {
-                let lane = lanes.entry(endpoint.id.clone()).or_insert_with(|| Lane::new(endpoint.paused));
+                let lane = lanes
+                    .entry(endpoint.id.clone())
+                    .or_insert_with(|| Lane::new(endpoint.paused, endpoint.failing));
                 lane.due = endpoint.next_due;
-                lane.saw_paused(endpoint.paused);
+                lane.saw_paused(endpoint.paused, endpoint.failing);
                 // PostgreSQL's fan-out lock is tried at each look, and waited for once a second
                 // has gone by without it.
                 let lock = match lane.lock_busy_since {
@@ -377,7 +382,12 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                 }
                 let owed = if busy { 0 } else { lane.owed_now(now) };
                 if owed > 0 {
-                    match state.store.catch_up_webhook_endpoint(endpoint.id.clone(), owed, now, lock).await {
+                    let resume = !lane.tripped();
+                    match state
+                        .store
+                        .catch_up_webhook_endpoint(endpoint.id.clone(), owed, now, lock, resume)
+                        .await
+                    {
                         Ok(Some((made, paused))) => {
                             if lane.tripped() {
                                 lane.owed_probe_at = Some(now);
@@ -561,7 +571,7 @@ mod tests {
     #[test]
     fn a_paused_lane_makes_its_owed_messages_one_per_probe_then_in_groups() {
         let now = 1_000_000;
-        let mut lane = Lane::new(false);
+        let mut lane = Lane::new(false, false);
         for _ in 0..TRIP_AFTER {
             lane.ended(Ended::Answered(Outcome::Failed), now);
         }
@@ -570,6 +580,10 @@ mod tests {
         (lane.pause, lane.paused, lane.due) = (false, true, None);
         lane.ended(Ended::Answered(Outcome::Failed), now);
         assert!(!lane.pause, "asked once");
+        lane.paused = false;
+        lane.ended(Ended::Answered(Outcome::Failed), now);
+        assert!(lane.pause, "resumed meanwhile (another daemon) and still failing here: paused again");
+        (lane.pause, lane.paused) = (false, true);
         lane.due = None;
         assert_eq!(lane.owed_now(now + 500), 0, "its probe waits");
         assert_eq!(lane.owed_now(now + 1_000), 1, "a probe: one owed message");
@@ -580,16 +594,22 @@ mod tests {
         lane.ended(Ended::Answered(Outcome::Succeeded), now + 2_000);
         lane.due = None;
         assert_eq!(lane.owed_now(now + 2_001), CATCH_UP, "it answers: a group");
-        lane.saw_paused(true);
+        lane.saw_paused(true, false);
         assert!(!lane.tripped(), "still paused while it catches up: not tripped again");
         lane.paused = false;
         assert_eq!(lane.owed_now(now + 2_001), 0, "resumed");
-        let found = Lane::new(true);
+        let found = Lane::new(true, true);
         assert!(found.tripped() && found.paused && !found.pause);
-        assert_eq!(found.owed_now(now), 1, "found paused: probed first");
-        let mut elsewhere = Lane::new(false);
-        elsewhere.saw_paused(true);
-        assert!(elsewhere.tripped(), "paused by another daemon: probed here too");
+        assert_eq!(found.owed_now(now), 1, "found paused and failing: probed first");
+        let answered = Lane::new(true, false);
+        assert!(!answered.tripped(), "paused and not failing (enabled again): not probed");
+        assert_eq!(answered.owed_now(now), CATCH_UP, "caught up");
+        let mut elsewhere = Lane::new(false, false);
+        elsewhere.saw_paused(true, true);
+        assert!(elsewhere.tripped(), "paused by another daemon, failing: probed here too");
         assert_eq!(elsewhere.owed_now(now), 1);
+        let mut enabled_again = Lane::new(false, false);
+        enabled_again.saw_paused(true, false);
+        assert!(!enabled_again.tripped(), "paused, not failing: caught up, not probed");
     }
 }

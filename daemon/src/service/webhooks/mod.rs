@@ -128,7 +128,10 @@ pub fn view(record: WebhookEndpointRecord) -> WebhookEndpoint {
         status: record.status,
         disabled_reason: record.disabled_reason,
         failing_since: record.failing_since.map(Timestamp::from_millis),
-        paused: record.status == EndpointStatus::Enabled && record.paused_after.is_some(),
+        // Failing and held back; paused and not failing, it is being caught up.
+        paused: record.status == EndpointStatus::Enabled
+            && record.paused_after.is_some()
+            && record.failing_since.is_some(),
         created_at: Timestamp::from_millis(record.created_at),
     }
 }

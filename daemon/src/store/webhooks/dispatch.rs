@@ -20,9 +20,21 @@ pub struct DueEndpoint {
     pub previous_until: Option<i64>,
     pub next_due: Option<i64>,
     pub paused: bool,
+    /// Failing since some time (no success since): paused and failing, it is probed; paused and
+    /// not failing (it answered, or was enabled again before PostgreSQL settled its disabling),
+    /// it is caught up.
+    pub failing: bool,
 }
 
-crate::store::local::local_row!(DueEndpoint { id, url, secret_generation, previous_until, next_due, paused });
+crate::store::local::local_row!(DueEndpoint {
+    id,
+    url,
+    secret_generation,
+    previous_until,
+    next_due,
+    paused,
+    failing
+});
 
 /// A message leased to this daemon, with its event.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -201,7 +213,7 @@ impl Store {
                     (SELECT m.next_attempt_at FROM webhook_messages m
                      WHERE m.endpoint_id = e.id AND m.status = 'pending'
                      ORDER BY m.next_attempt_at LIMIT 1) AS next_due,
-                    e.paused_after IS NOT NULL AS paused
+                    e.paused_after IS NOT NULL AS paused, e.failing_since IS NOT NULL AS failing
              FROM webhook_endpoints e WHERE e.status = 'enabled'"
         )
     }

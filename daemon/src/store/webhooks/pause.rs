@@ -138,15 +138,18 @@ impl Store {
     }
 
     /// Makes the messages of up to `limit` of a paused endpoint's owed events, oldest first, due
-    /// now (or behind an earlier message about the same subject), and resumes the endpoint once
-    /// none is left. Returns how many it made and whether the endpoint is still paused, or
-    /// `None` if the lock was not free.
+    /// now (or behind an earlier message about the same subject), and, if `resume` (the endpoint
+    /// answers again), resumes the endpoint once none is left. A probe's (`resume` false) never
+    /// resumes it: a dead endpoint probed through a quiet spell, when nothing was owed, was
+    /// resumed by the first probe, and every event after it made a message again. Returns how
+    /// many it made and whether the endpoint is still paused, or `None` if the lock was not free.
     pub async fn catch_up_webhook_endpoint(
         &self,
         id: WebhookEndpointId,
         limit: i64,
         now: i64,
         lock: Lock,
+        resume: bool,
     ) -> StoreResult<Option<(usize, bool)>> {
         self.write_apart(move |conn| {
             Box::pin(async move {
@@ -162,8 +165,8 @@ impl Store {
                 let Some(after) = paused.flatten() else { return Ok(Some((0, false))) };
                 let sql = owed_messages(conn.engine(), true);
                 let made: Vec<i64> = scalar!(conn, fetch_all, i64, sql, &id, after, last, limit, now)?;
-                let resumed = i64::try_from(made.len()).unwrap_or(i64::MAX) < limit;
-                let after = if resumed { None } else { made.iter().copied().max() };
+                let resumed = resume && i64::try_from(made.len()).unwrap_or(i64::MAX) < limit;
+                let after = if resumed { None } else { made.iter().copied().max().or(Some(after)) };
                 execute!(conn, "UPDATE webhook_endpoints SET paused_after = $2 WHERE id = $1", &id, after)?;
                 if !made.is_empty() {
                     notify_webhooks(conn).await?;
