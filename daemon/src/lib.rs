@@ -137,8 +137,8 @@ fn start_tasks(
         task!("webhook-fan-out", delivery::webhooks::run_fan_out);
     } else {
         task!("webhook-statistics", delivery::webhooks::run_statistics);
-        task!("webhook-settle", delivery::webhooks::run_settle);
     }
+    task!("webhook-settle", delivery::webhooks::run_settle);
     task!("housekeeping", service::housekeeping);
     task!("domain-checks", service::domains::run_checks);
     task!("stream-registration", stream::renew_daemon);

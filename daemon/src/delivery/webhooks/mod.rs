@@ -24,7 +24,7 @@
 //!
 //! The messages are made with the change that wrote their event (PostgreSQL in its statement,
 //! SQLite just before its commit); on SQLite the [`fan_out`] task makes those that could not be.
-//! On PostgreSQL the [`statistics`] task keeps the planner's view of the outbox fresh, and the
+//! On PostgreSQL the [`statistics`] task keeps the planner's view of the outbox fresh. The
 //! [`settle`] task finishes what disabling an endpoint began.
 //! Each attempt is [`send`]'s.
 //!
@@ -191,9 +191,17 @@ impl Lane {
     /// tripped) while this one's had not, and failing, it is probed from now on too: otherwise
     /// this daemon, finding it paused and not tripped here, would take it for one that answers
     /// again and make a group of its owed messages for a dead endpoint.
+    ///
+    /// Resumed by another daemon that it answered (no longer paused, nor failing), a lane
+    /// tripped here starts counting its failures again: otherwise its next failure would pause
+    /// it again at once, and two daemons that see it differently would pause and resume it by
+    /// turns.
     fn saw_paused(&mut self, paused: bool, failing: bool) {
         if paused && failing && !self.paused && !self.tripped() {
             self.failures = TRIP_AFTER;
+        }
+        if self.paused && !paused && !failing && self.tripped() {
+            (self.failures, self.probe_at) = (0, None);
         }
         self.paused = paused;
     }
@@ -374,7 +382,7 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                 };
                 let mut busy = false;
                 if lane.pause {
-                    match state.store.pause_webhook_endpoint(endpoint.id.clone(), lock).await {
+                    match state.store.pause_webhook_endpoint(endpoint.id.clone(), now, lock).await {
                         Ok(Some(_)) => (lane.pause, lane.paused) = (false, true),
                         Ok(None) => busy = true,
                         Err(e) => tracing::warn!(error = %e, "cannot pause a failing webhook endpoint"),
@@ -611,5 +619,14 @@ mod tests {
         let mut enabled_again = Lane::new(false, false);
         enabled_again.saw_paused(true, false);
         assert!(!enabled_again.tripped(), "paused, not failing: caught up, not probed");
+        let mut resumed = Lane::new(true, true);
+        resumed.saw_paused(false, true);
+        assert!(resumed.tripped(), "resumed but failing (this daemon's own catch-up): still tripped");
+        resumed.paused = true;
+        resumed.saw_paused(false, false);
+        assert!(
+            !resumed.tripped() && resumed.probe_at.is_none(),
+            "resumed by a daemon it answered: counts afresh"
+        );
     }
 }

@@ -1,11 +1,10 @@
-//! PostgreSQL: settles the endpoints disabled since it last looked
-//! ([`crate::store::Store::settle_disabled_webhook_endpoints`]). Disabling an endpoint (`410`, 5
-//! days of failure, an operator) fails its pending messages and owed events in the writer's
-//! transaction, which cannot see the events of the transactions still in flight; this task
-//! finishes the work with the fan-out lock held, so those events become failed messages too
-//! (`recover` finds them) and no pending message is left to an endpoint no one sends to. A crash
-//! in between leaves the endpoint marked, and the next daemon to look settles it. (SQLite has
-//! one writer, which sees every event: the task does not run there.)
+//! Settles the disabled endpoints ([`crate::store::Store::settle_disabled_webhook_endpoints`]).
+//! Disabling an endpoint (`410`, 5 days of failure, an operator) fails its pending messages in
+//! the writer's transaction and marks it: the events it is owed (five days of them, if it failed
+//! that long), and on PostgreSQL those of the transactions still in flight, which that
+//! transaction cannot see, become failed messages here (`recover` finds them), a group of event
+//! ids at a time, with PostgreSQL's fan-out lock held for each group. A crash in between leaves
+//! the mark, and the next daemon to look goes on from it.
 
 use std::time::Duration;
 
@@ -17,14 +16,21 @@ use crate::{state::AppState, store::FanOutLock};
 /// How often it looks (a read of the endpoints' table): a disabled endpoint's last events reach
 /// its `deliveries` within about this long.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// Event ids per group: a group's statement reads at most this many events (and probes the
+/// messages of those the endpoint wants), a few milliseconds of holding the lock.
+const RANGE: i64 = 10_000;
+/// Between two groups of the same endpoints: the event writers go first.
+const BETWEEN_GROUPS: Duration = Duration::from_millis(20);
 
-/// Settles disabled endpoints every [`LOOK_EVERY`] until `shutdown`: it only tries the lock (no
-/// event writer waits for it) until it has gone without it for [`LOCK_PATIENCE`], then waits.
+/// Settles disabled endpoints until `shutdown`: every [`LOOK_EVERY`], and group after group
+/// while some are left. It only tries the lock (no event writer waits for it) until it has gone
+/// without it for [`LOCK_PATIENCE`], then waits.
 pub async fn run_settle(state: AppState, shutdown: CancellationToken) {
     let mut busy_since: Option<i64> = None;
+    let mut pause = LOOK_EVERY;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(LOOK_EVERY) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = shutdown.cancelled() => break,
         }
         let now = state.clock.now_millis();
@@ -32,12 +38,13 @@ pub async fn run_settle(state: AppState, shutdown: CancellationToken) {
             Some(since) if now - since >= millis(LOCK_PATIENCE) => FanOutLock::Wait,
             _ => FanOutLock::Try,
         };
-        busy_since = match state.store.settle_disabled_webhook_endpoints(now, lock).await {
-            Ok(Some(_)) => None,
-            Ok(None) => busy_since.or(Some(now)),
+        (busy_since, pause) = match state.store.settle_disabled_webhook_endpoints(now, RANGE, lock).await {
+            Ok(Some((_, 0))) => (None, LOOK_EVERY),
+            Ok(Some(_)) => (None, BETWEEN_GROUPS),
+            Ok(None) => (busy_since.or(Some(now)), LOOK_EVERY.min(BETWEEN_GROUPS * 10)),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot settle the disabled webhook endpoints");
-                None
+                (None, LOOK_EVERY)
             }
         };
     }

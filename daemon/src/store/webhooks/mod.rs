@@ -342,6 +342,7 @@ impl Store {
     /// Runs `sql` (bound to `before` and `chunk`) in writes of its own until one deletes fewer
     /// than `chunk` rows; how many in all.
     async fn delete_in_chunks(&self, sql: &'static str, before: i64, chunk: i64) -> StoreResult<u64> {
+        let chunk = chunk.max(1);
         let mut deleted = 0;
         loop {
             let n =
@@ -355,8 +356,11 @@ impl Store {
 }
 
 /// Up to `$2` messages settled before `$1` (their attempts go with them).
-const DELETE_SETTLED_MESSAGES: &str = "DELETE FROM webhook_messages WHERE id IN (
-         SELECT id FROM webhook_messages WHERE status <> 'pending' AND updated_at < $1 LIMIT $2)";
+/// (The conditions again outside: on PostgreSQL a message `recover` queued again since the
+/// subquery read it is re-checked against them, not deleted.)
+const DELETE_SETTLED_MESSAGES: &str = "DELETE FROM webhook_messages
+     WHERE id IN (SELECT id FROM webhook_messages WHERE status <> 'pending' AND updated_at < $1 LIMIT $2)
+       AND status <> 'pending' AND updated_at < $1";
 
 /// Up to `$2` events that occurred before `$1`, among those before the first that did not, that
 /// no message refers to and no paused endpoint is owed.
@@ -377,10 +381,11 @@ async fn notify_webhooks(conn: &mut Conn<'_>) -> StoreResult<()> {
     Ok(())
 }
 
-/// Fails an endpoint's pending messages, and those it is owed if paused (it was disabled).
+/// Fails an endpoint's pending messages (it was disabled), and marks it to be settled: what it
+/// is owed, and what may be committed for it yet, fails in groups ([`pause::mark_unsettled`]).
 async fn fail_pending(conn: &mut Conn<'_>, endpoint_id: &WebhookEndpointId, now: i64) -> StoreResult<()> {
     fail_pending_messages(conn, endpoint_id, now).await?;
-    pause::fail_owed(conn, endpoint_id, now).await
+    pause::mark_unsettled(conn, endpoint_id).await
 }
 
 /// Fails an endpoint's pending messages.

@@ -5,8 +5,8 @@
 //! a later event. Those events are owed. [`Store::catch_up_webhook_endpoint`] makes the messages
 //! of the oldest of them, in event order: one at a time to probe the endpoint while it fails,
 //! then in groups once it answers, and the last group resumes it. A disabled endpoint's owed
-//! events become failed messages, as its pending ones do ([`fail_owed`]), so `recover` finds
-//! them.
+//! events become failed messages, as its pending ones do ([`mark_unsettled`],
+//! [`Store::settle_disabled_webhook_endpoints`]), so `recover` finds them.
 //!
 //! A message for each event cost a row and five index entries in the change's own transaction
 //! (PostgreSQL) or the writer's (SQLite): with one dead endpoint subscribed, an in-app dispatch
@@ -30,6 +30,9 @@ use crate::store::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
 /// writers in flight on PostgreSQL: they wait behind it meanwhile, so it gives up (and the
 /// dispatcher tries again) rather than stall them, or join a deadlock, for longer.
 const LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '500ms'";
+/// How long the settling of disabled endpoints waits for a row lock once it holds the fan-out
+/// lock (event writers wait behind it meanwhile): it gives up, and tries again a second later.
+const ROW_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '100ms'";
 
 /// How a pause or a catch-up takes PostgreSQL's fan-out lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,13 +86,12 @@ fn owed_messages_sql(engine: Engine, pending: bool) -> String {
     } else {
         ("failed", "NULL".to_owned())
     };
-    // A disabled endpoint's owed events are failed twice on PostgreSQL (at once, then by
-    // [`Store::settle_disabled_webhook_endpoints`]); the second makes only what the first did not.
-    let unmade = if pending {
-        ""
-    } else {
-        "AND NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.event_id = v.id AND m.endpoint_id = e.id)"
-    };
+    // Only the events that have no message yet: a disabled endpoint's owed events are failed
+    // twice on PostgreSQL (at once, then by [`Store::settle_disabled_webhook_endpoints`]), and
+    // one enabled again before it was settled is caught up from its mark, past events that got
+    // a message (failed, or pending from a transaction in flight as it was disabled).
+    let unmade =
+        "AND NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.event_id = v.id AND m.endpoint_id = e.id)";
     let wants = endpoint_wants_event!();
     format!(
         "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status,
@@ -115,9 +117,13 @@ fn owed_messages(engine: Engine, pending: bool) -> &'static str {
 impl Store {
     /// Pauses an enabled endpoint: the fan-out makes it no message for a later event; whether
     /// it was paused now (not already, not disabled or gone), or `None` if the lock was not free.
+    /// It is marked failing since `now` if its failures are not recorded yet (a send's answer
+    /// reaches the dispatcher before its attempt is recorded): paused and not failing reads as
+    /// an endpoint that answered, which is caught up.
     pub async fn pause_webhook_endpoint(
         &self,
         id: WebhookEndpointId,
+        now: i64,
         lock: Lock,
     ) -> StoreResult<Option<bool>> {
         self.write_apart(move |conn| {
@@ -126,10 +132,11 @@ impl Store {
                 Ok(Some(
                     execute!(
                         conn,
-                        "UPDATE webhook_endpoints SET paused_after = $2
+                        "UPDATE webhook_endpoints SET paused_after = $2, failing_since = COALESCE(failing_since, $3)
                      WHERE id = $1 AND status = 'enabled' AND paused_after IS NULL",
                         &id,
-                        last
+                        last,
+                        now
                     )? == 1,
                 ))
             })
@@ -178,82 +185,94 @@ impl Store {
     }
 }
 
-/// A disabled endpoint's owed events become failed messages (as its pending messages do), so
-/// that `recover` finds them; on SQLite it is no longer paused.
-///
-/// On PostgreSQL this runs in the writer's transactions, without the fan-out lock, so it sees
-/// only the events committed so far: a transaction in flight may still commit an event that
-/// its fan-out found the endpoint paused for (owed, no message), or enabled (a pending message
-/// to an endpoint now disabled). So the endpoint keeps a `paused_after` (set to the last event
-/// if it was not paused), which marks it as not settled yet, and
-/// [`Store::settle_disabled_webhook_endpoints`] finishes the work with the lock held.
-pub(super) async fn fail_owed(
-    conn: &mut Conn<'_>,
-    endpoint_id: &WebhookEndpointId,
-    now: i64,
-) -> StoreResult<()> {
-    let paused: Option<Option<i64>> = scalar!(
-        conn,
-        fetch_optional,
-        Option<i64>,
-        "SELECT paused_after FROM webhook_endpoints WHERE id = $1",
-        endpoint_id
-    )?;
-    let Some(paused) = paused else { return Ok(()) };
-    if let Some(after) = paused {
-        let sql = owed_messages(conn.engine(), false);
-        let _: Vec<i64> = scalar!(conn, fetch_all, i64, sql, endpoint_id, after, i64::MAX, i64::MAX, now)?;
-    }
-    let settled = if conn.engine() == Engine::Postgres {
+/// Marks a disabled endpoint as not settled yet: its owed events, and on PostgreSQL the events
+/// of the transactions still in flight, become failed messages (as its pending messages do, so
+/// that `recover` finds them) in [`Store::settle_disabled_webhook_endpoints`]'s groups, not
+/// here. This runs in the writer's transaction (the disabling's), which on PostgreSQL cannot see
+/// the events of transactions in flight, and an endpoint that failed for five days before it was
+/// disabled is owed five days of events: made here, millions of messages held every other
+/// write up. The mark is `paused_after`, kept if it was paused, else the last event the fan-out
+/// has seen to (the last committed on PostgreSQL, SQLite's cursor: later ones are not fanned out
+/// yet, and the fan-out passes a disabled endpoint by).
+pub(super) async fn mark_unsettled(conn: &mut Conn<'_>, endpoint_id: &WebhookEndpointId) -> StoreResult<()> {
+    let mark = if conn.engine() == Engine::Postgres {
         "UPDATE webhook_endpoints SET paused_after =
              COALESCE(paused_after, (SELECT COALESCE(MAX(id), 0) FROM webhook_events))
          WHERE id = $1"
     } else {
-        "UPDATE webhook_endpoints SET paused_after = NULL WHERE id = $1"
+        "UPDATE webhook_endpoints SET paused_after =
+             COALESCE(paused_after, (SELECT last_event_id FROM webhook_fan_out WHERE id = 1))
+         WHERE id = $1"
     };
-    execute!(conn, settled, endpoint_id)?;
+    execute!(conn, mark, endpoint_id)?;
     Ok(())
 }
 
 impl Store {
-    /// PostgreSQL: settles the endpoints disabled since the last call ([`fail_owed`] says why),
-    /// holding the fan-out lock, so that no transaction writing an event is in flight: their
-    /// pending messages fail, every event after the endpoint's `paused_after` that it wants and
-    /// has no message for becomes a failed message (the events of the instant it was disabled,
-    /// and those of the moment since), and `paused_after` is cleared. How many it settled, or
-    /// `None` if the lock was not free ([`Lock::Try`]). Nothing to do (the usual case, and
-    /// always on SQLite) takes no lock.
+    /// Settles the endpoints disabled since ([`mark_unsettled`] says why), a group of at most
+    /// `range` event ids each at a time: every event in it that the endpoint wants and has no
+    /// message for becomes a failed message, and its mark moves past the group; at the last
+    /// event, its pending messages fail and the mark is cleared. On PostgreSQL it holds the
+    /// fan-out lock, so no transaction writing an event is in flight (then every event up to the
+    /// last is committed), and waits for no row lock for long: event writers wait behind it.
+    /// How many endpoints it settled and how many are left (a call each group), or `None` if the
+    /// lock was not free ([`Lock::Try`]). Nothing to do (the usual case) takes no lock.
+    ///
+    /// The events of the moment between the disabling and the end of its settling are among
+    /// those failed (a disabled endpoint gets no message at once): `recover` sends them too.
     pub async fn settle_disabled_webhook_endpoints(
         &self,
         now: i64,
+        range: i64,
         lock: Lock,
-    ) -> StoreResult<Option<usize>> {
+    ) -> StoreResult<Option<(usize, usize)>> {
         const UNSETTLED: &str = "SELECT id, paused_after FROM webhook_endpoints
                                  WHERE status <> 'enabled' AND paused_after IS NOT NULL";
+        // An endpoint whose row another transaction holds (a writer's batch changing it, which
+        // may then write an event and wait for the fan-out lock held here) is left for the next
+        // look.
         const UNSETTLED_LOCKED: &str = "SELECT id, paused_after FROM webhook_endpoints
-                                        WHERE status <> 'enabled' AND paused_after IS NOT NULL FOR UPDATE";
-        if self.engine() != Engine::Postgres {
-            return Ok(Some(0));
-        }
+                                        WHERE status <> 'enabled' AND paused_after IS NOT NULL
+                                        FOR UPDATE SKIP LOCKED";
         let mut conn = self.read().await?;
         let unsettled: Vec<(WebhookEndpointId, i64)> =
             fetch!(&mut conn.conn(), fetch_all, (WebhookEndpointId, i64), UNSETTLED)?;
         drop(conn);
         if unsettled.is_empty() {
-            return Ok(Some(0));
+            return Ok(Some((0, 0)));
         }
+        let range = range.max(1);
         self.write_apart(move |conn| {
             Box::pin(async move {
-                let Some(last) = fanned_out(conn, lock).await? else { return Ok(None) };
-                let unsettled: Vec<(WebhookEndpointId, i64)> =
-                    fetch!(conn, fetch_all, (WebhookEndpointId, i64), UNSETTLED_LOCKED)?;
+                let (last, unsettled) = if conn.engine() == Engine::Postgres {
+                    let Some(last) = fanned_out(conn, lock).await? else { return Ok(None) };
+                    execute!(conn, ROW_LOCK_TIMEOUT)?;
+                    (last, fetch!(conn, fetch_all, (WebhookEndpointId, i64), UNSETTLED_LOCKED)?)
+                } else {
+                    // The one writer: every event is committed, and none is being written.
+                    let last =
+                        scalar!(conn, fetch_one, i64, "SELECT COALESCE(MAX(id), 0) FROM webhook_events")?;
+                    (last, fetch!(conn, fetch_all, (WebhookEndpointId, i64), UNSETTLED)?)
+                };
+                let mut settled = 0;
                 for (id, after) in &unsettled {
-                    fail_pending_messages(conn, id, now).await?;
+                    let to = last.min(after.saturating_add(range));
                     let sql = owed_messages(conn.engine(), false);
-                    let _: Vec<i64> = scalar!(conn, fetch_all, i64, sql, id, *after, last, i64::MAX, now)?;
+                    let _: Vec<i64> = scalar!(conn, fetch_all, i64, sql, id, *after, to, i64::MAX, now)?;
+                    if to < last {
+                        execute!(
+                            conn,
+                            "UPDATE webhook_endpoints SET paused_after = $2 WHERE id = $1",
+                            id,
+                            to
+                        )?;
+                        continue;
+                    }
+                    fail_pending_messages(conn, id, now).await?;
                     execute!(conn, "UPDATE webhook_endpoints SET paused_after = NULL WHERE id = $1", id)?;
+                    settled += 1;
                 }
-                Ok(Some(unsettled.len()))
+                Ok(Some((settled, unsettled.len() - settled)))
             })
         })
         .await
