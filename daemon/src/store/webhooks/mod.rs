@@ -17,6 +17,7 @@ mod deliveries;
 mod dispatch;
 pub(crate) mod fan_out;
 mod pause;
+mod statistics;
 
 pub use deliveries::{AttemptRow, MessageRecord};
 pub use dispatch::{
