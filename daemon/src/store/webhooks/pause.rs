@@ -86,6 +86,11 @@ fn owed_messages_sql(engine: Engine, pending: bool) -> String {
     } else {
         ("failed", "NULL".to_owned())
     };
+    // The settling's failed messages are for the events that occurred by the time the endpoint
+    // was disabled (its `updated_at`, and a second more for the clocks of other daemons whose
+    // transactions were in flight): the later ones, which occurred while it was disabled, get
+    // none, as the fan-out gives them none.
+    let occurred = if pending { "" } else { "AND v.occurred_at <= e.updated_at + 1000" };
     // Only the events that have no message yet: a disabled endpoint's owed events are failed
     // twice on PostgreSQL (at once, then by [`Store::settle_disabled_webhook_endpoints`]), and
     // one enabled again before it was settled is caught up from its mark, past events that got
@@ -98,7 +103,7 @@ fn owed_messages_sql(engine: Engine, pending: bool) -> String {
                                        next_attempt_at, created_at, updated_at)
          SELECT e.id, v.id, v.event_type, v.subject_id, '{status}', {due}, v.occurred_at, $5
          FROM webhook_events v JOIN webhook_endpoints e ON e.id = $1 AND {wants}
-         WHERE v.id > $2 AND v.id <= $3 AND v.endpoint_id IS NULL {unmade}
+         WHERE v.id > $2 AND v.id <= $3 AND v.endpoint_id IS NULL {unmade} {occurred}
          ORDER BY v.id LIMIT $4
          RETURNING event_id"
     )
@@ -218,8 +223,10 @@ impl Store {
     /// How many endpoints it settled and how many are left (a call each group), or `None` if the
     /// lock was not free ([`Lock::Try`]). Nothing to do (the usual case) takes no lock.
     ///
-    /// The events of the moment between the disabling and the end of its settling are among
-    /// those failed (a disabled endpoint gets no message at once): `recover` sends them too.
+    /// Only the events that occurred by the time it was disabled (its `updated_at`, and a second
+    /// of grace for other daemons' clocks) become messages: those that occurred while it was
+    /// disabled get none, as the fan-out gives them none. (A change to the endpoint while it
+    /// is disabled moves its `updated_at`, and so the bound, later.)
     pub async fn settle_disabled_webhook_endpoints(
         &self,
         now: i64,
