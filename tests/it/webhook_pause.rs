@@ -47,6 +47,28 @@ async fn pause(store: &Store, endpoint: &WebhookEndpointId) -> bool {
         .expect("waited for the lock")
 }
 
+/// Enables or disables `endpoint` at `now`, as a `PATCH` does.
+async fn set_status(
+    store: &Store,
+    tenant: &TenantId,
+    endpoint: &WebhookEndpointId,
+    status: EndpointStatus,
+    now: i64,
+) {
+    let changes = EndpointChanges { status: Some((status, None)), ..EndpointChanges::default() };
+    store.update_webhook_endpoint(tenant.clone(), endpoint.clone(), changes, now).await.unwrap();
+}
+
+/// How many events got more than one message to `endpoint` (each message has its own
+/// `webhook-id`, so a receiver would take them for two).
+async fn made_twice(backend: Backend, url: &str, endpoint: &WebhookEndpointId) -> i64 {
+    let sql = format!(
+        "SELECT COUNT(*) FROM (SELECT event_id FROM webhook_messages WHERE endpoint_id = '{endpoint}'
+         GROUP BY event_id HAVING COUNT(*) > 1) twice"
+    );
+    count(backend, url, &sql).await
+}
+
 /// Makes up to `limit` of `endpoint`'s owed messages: how many, and whether it is still paused.
 async fn catch_up(store: &Store, endpoint: &WebhookEndpointId, limit: i64) -> (usize, bool) {
     let done =
@@ -146,11 +168,7 @@ async fn a_disabled_endpoint_fails_what_it_is_owed(backend: Backend) {
     events(&store, &tenant, 0, 3, 0).await;
     pause(&store, &dead).await;
     events(&store, &tenant, 3, 10, 0).await;
-    let status = |status| EndpointChanges { status: Some((status, None)), ..EndpointChanges::default() };
-    store
-        .update_webhook_endpoint(tenant.clone(), dead.clone(), status(EndpointStatus::Disabled), 500)
-        .await
-        .unwrap();
+    set_status(&store, &tenant, &dead, EndpointStatus::Disabled, 500).await;
     let failed =
         format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{dead}' AND status = 'failed'");
     assert_eq!(count(backend, &url, &failed).await, 3, "its pending messages failed at once");
@@ -169,10 +187,7 @@ async fn a_disabled_endpoint_fails_what_it_is_owed(backend: Backend) {
         count(backend, &url, "SELECT COUNT(*) FROM webhook_endpoints WHERE paused_after IS NOT NULL").await,
         0
     );
-    store
-        .update_webhook_endpoint(tenant.clone(), dead.clone(), status(EndpointStatus::Enabled), 600)
-        .await
-        .unwrap();
+    set_status(&store, &tenant, &dead, EndpointStatus::Enabled, 600).await;
     assert!(!paused(&store, &dead).await);
     assert_eq!(store.recover_webhook_messages(dead.clone(), 0, 700).await.unwrap(), 10);
     store.close().await;
@@ -243,10 +258,8 @@ async fn a_disabled_endpoint_settles_the_events_being_written() {
     pause(&store, &paused_one).await;
     events(&store, &tenant, 3, 5, 0).await;
     let writer = writing_event(&url, &tenant, "sup_in_flight", 300).await;
-    let disabled =
-        EndpointChanges { status: Some((EndpointStatus::Disabled, None)), ..EndpointChanges::default() };
     for id in [&paused_one, &other] {
-        store.update_webhook_endpoint(tenant.clone(), id.clone(), disabled.clone(), 500).await.unwrap();
+        set_status(&store, &tenant, id, EndpointStatus::Disabled, 500).await;
     }
     commit(writer).await;
     let with = |id: &WebhookEndpointId, status: &str| {
@@ -265,9 +278,7 @@ async fn a_disabled_endpoint_settles_the_events_being_written() {
         "settled"
     );
     assert_eq!(settle(&store).await, 0, "nothing more to settle");
-    let enabled =
-        EndpointChanges { status: Some((EndpointStatus::Enabled, None)), ..EndpointChanges::default() };
-    store.update_webhook_endpoint(tenant.clone(), paused_one.clone(), enabled, 600).await.unwrap();
+    set_status(&store, &tenant, &paused_one, EndpointStatus::Enabled, 600).await;
     assert!(!paused(&store, &paused_one).await);
     assert_eq!(
         store.recover_webhook_messages(paused_one.clone(), 0, 700).await.unwrap(),
@@ -291,23 +302,12 @@ async fn enabled_again_before_it_is_settled_it_gets_each_event_once() {
     let endpoint = add_endpoint(&store, &tenant, None).await;
     events(&store, &tenant, 0, 3, 0).await;
     let writer = writing_event(&url, &tenant, "sup_in_flight", 300).await;
-    let status = |status| EndpointChanges { status: Some((status, None)), ..EndpointChanges::default() };
-    store
-        .update_webhook_endpoint(tenant.clone(), endpoint.clone(), status(EndpointStatus::Disabled), 500)
-        .await
-        .unwrap();
+    set_status(&store, &tenant, &endpoint, EndpointStatus::Disabled, 500).await;
     commit(writer).await;
-    store
-        .update_webhook_endpoint(tenant.clone(), endpoint.clone(), status(EndpointStatus::Enabled), 600)
-        .await
-        .unwrap();
+    set_status(&store, &tenant, &endpoint, EndpointStatus::Enabled, 600).await;
     assert!(paused(&store, &endpoint).await, "marked, not settled");
     assert_eq!(catch_up(&store, &endpoint, 1_000).await, (0, false), "nothing owed: resumed");
-    let twice = format!(
-        "SELECT COUNT(*) FROM (SELECT event_id FROM webhook_messages WHERE endpoint_id = '{endpoint}'
-         GROUP BY event_id HAVING COUNT(*) > 1) twice"
-    );
-    assert_eq!(count(backend, &url, &twice).await, 0, "the event in flight's message made once");
+    assert_eq!(made_twice(backend, &url, &endpoint).await, 0, "the event in flight's message made once");
     assert_eq!(messages_of(backend, &url, &endpoint).await, 4);
     store.close().await;
 }
@@ -428,11 +428,7 @@ async fn paused_then_caught_up(backend: Backend, daemons: usize) {
             s.suppression_id
         );
     }
-    let twice = format!(
-        "SELECT COUNT(*) FROM (SELECT event_id FROM webhook_messages WHERE endpoint_id = '{dead}'
-         GROUP BY event_id HAVING COUNT(*) > 1) twice"
-    );
-    assert_eq!(count(backend, &url, &twice).await, 0, "no event's message made twice");
+    assert_eq!(made_twice(backend, &url, &dead).await, 0, "no event's message made twice");
     assert_eq!(messages_of(backend, &url, &dead).await, 70);
     eventually("the endpoint to be resumed", WAIT, || async {
         (count(backend, &url, paused_sql).await == 0).then_some(())
