@@ -55,14 +55,12 @@ $$;
 
 -- The fan-out of up to `group_size` events after the cursor, in the calling statement's
 -- transaction (one round trip: at a steady 1,000 events a second, the same work as a transaction
--- of eight statements made an event's first attempt wait twice as long). The cursor's row is
--- locked first: if another transaction holds it (another daemon's fan-out, a pause, a catch-up,
--- a settling), `passed` is NULL (no writer waited for this call). Then the last event committed, read while holding the writers' lock
--- (`wait`: waiting for the writers in flight; otherwise `passed` is NULL if one is), which is a
--- session lock here, released as soon as it is read, so that no writer waits for the rest (no
--- writer waits for the cursor's row, so the two cannot deadlock). Then each event's messages,
--- in the order of the events, a message due no sooner than an earlier pending one about the
--- same subject; the cursor moves past the events.
+-- of eight statements made an event's first attempt wait twice as long). First the last event
+-- committed, read while holding the writers' lock (`wait`: waiting for the writers in flight;
+-- otherwise `passed` is NULL if one is), which is a session lock here, released as soon as it is
+-- read, so that no writer waits for the rest. Then, unless another daemon is fanning out (it
+-- holds the cursor's row), each event's messages, in the order of the events, a message due no
+-- sooner than an earlier pending one about the same subject; the cursor moves past the events.
 -- Its commit does not wait for the WAL to be flushed: lost in a crash, the fan-out is done
 -- again (the cursor did not move either), and any later transaction's commit flushes it first.
 CREATE FUNCTION herald_webhook_fan_out_events(wait BOOLEAN, group_size BIGINT, OUT passed BIGINT,
@@ -73,13 +71,6 @@ DECLARE
     last_id BIGINT;
 BEGIN
     made := 0;
-    -- Another daemon is fanning out (perhaps from before the events this call was woken for
-    -- committed), or a pause, a catch-up or a settling reads the cursor: NULL, to be called
-    -- again in a moment.
-    SELECT last_event_id INTO after_id FROM webhook_fan_out WHERE id = 1 FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
     PERFORM set_config('lock_timeout', '500ms', true);
     IF wait THEN
         PERFORM pg_advisory_lock(herald_webhook_fan_out_lock());
@@ -94,7 +85,8 @@ BEGIN
     END;
     PERFORM pg_advisory_unlock(herald_webhook_fan_out_lock());
     passed := 0;
-    IF after_id >= committed THEN
+    SELECT last_event_id INTO after_id FROM webhook_fan_out WHERE id = 1 FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND OR after_id >= committed THEN
         RETURN;
     END IF;
     PERFORM set_config('synchronous_commit', 'off', true);

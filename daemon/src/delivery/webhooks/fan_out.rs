@@ -33,8 +33,6 @@ const POLL: Duration = Duration::from_secs(1);
 /// every event, and waits little (the first attempt waits for it).
 const LINGER_SQLITE: Duration = Duration::from_millis(100);
 const LINGER_POSTGRES: Duration = Duration::from_millis(5);
-/// How long it waits when another transaction held the cursor (PostgreSQL).
-const TRY_AGAIN: Duration = Duration::from_millis(5);
 /// How long it waits after the store refused a group.
 const BACKOFF: Duration = Duration::from_millis(200);
 
@@ -63,10 +61,7 @@ pub async fn run_fan_out(state: AppState, shutdown: CancellationToken) {
                     waiting_since = None;
                     None
                 }
-                // Another transaction held the cursor (another daemon's fan-out, which may have
-                // read the last committed event before the ones this task was woken for; a
-                // pause, a catch-up, a settling).
-                Ok(None) => Some(TRY_AGAIN),
+                Ok(None) => Some(BACKOFF),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot fan webhook events out");
                     Some(BACKOFF)

@@ -26,7 +26,7 @@
 //! crash, it is made again from the events: the cursor did not move either), and not while the
 //! writer is saturated.
 
-use super::FanOutLock as Lock;
+use super::pause::Lock;
 use crate::store::{Engine, Store, StoreResult, execute, fetch, scalar};
 
 /// Which endpoint `e` wants event `v` (a join condition): its tenant's, created by the time it
@@ -109,11 +109,9 @@ pub(crate) fn fan_out_before_commit(conn: &rusqlite::Connection) -> bool {
 
 impl Store {
     /// Fans out up to `limit` events, oldest first, in one transaction; how many it passed (the
-    /// `webhook.test` events among them included; fewer than `limit`: no other is committed), or
-    /// `None` if nothing was done on PostgreSQL: an event writer was in flight and `lock` is
-    /// [`Lock::Try`] (no writer waited), or another transaction held the cursor (another
-    /// daemon's fan-out, which may have begun before the latest events committed; a pause, a
-    /// catch-up, a settling): call again in a moment.
+    /// `webhook.test` events among them included; fewer than `limit`: no other is committed, or
+    /// another daemon is fanning out), or `None` if an event writer was in flight on PostgreSQL
+    /// and `lock` is [`Lock::Try`] (nothing was done, and no writer waited).
     pub async fn fan_out_webhook_events(&self, limit: i64, lock: Lock) -> StoreResult<Option<i64>> {
         if self.engine() == Engine::Postgres {
             return self.fan_out_on_postgres(limit, lock).await;

@@ -24,19 +24,9 @@ pub use dispatch::{
     CLAIM_POSTGRES, ClaimedMessage, DueEndpoint, SETTLE_POSTGRES, SIBLINGS_POSTGRES, Verdict,
     WebhookAttemptRecord,
 };
+pub use pause::Lock as FanOutLock;
 
 use super::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
-
-/// How the fan-out's cursor (PostgreSQL: its row's lock), or the events committed, are waited
-/// for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FanOutLock {
-    /// Only if free: otherwise nothing is done (`None`). The dispatcher's way, at each look,
-    /// until a second has gone by.
-    Try,
-    /// Waits (at most half a second).
-    Wait,
-}
 
 /// An endpoint as stored. The secret is not: it is derived from the server secret, the id and
 /// `secret_generation`.

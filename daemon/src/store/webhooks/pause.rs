@@ -23,7 +23,7 @@ use std::sync::LazyLock;
 
 use herald_common::ids::WebhookEndpointId;
 
-use super::{FanOutLock as Lock, fail_pending_messages, fan_out::endpoint_wants_event, notify_webhooks};
+use super::{fail_pending_messages, fan_out::endpoint_wants_event, notify_webhooks};
 use crate::store::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
 
 /// How long a pause, a catch-up or a settling that waits for the cursor ([`Lock::Wait`]) waits
@@ -33,6 +33,17 @@ const LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '500ms'";
 /// How long the settling of disabled endpoints waits for a row lock once it holds the cursor:
 /// it gives up, and tries again a second later.
 const ROW_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '100ms'";
+
+/// How the fan-out's cursor (PostgreSQL: its row's lock), or the events committed, are waited
+/// for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    /// Only if free: otherwise nothing is done (`None`). The dispatcher's way, at each look,
+    /// until a second has gone by.
+    Try,
+    /// Waits (at most [`LOCK_TIMEOUT`]).
+    Wait,
+}
 
 /// Where the fan-out has come: every event after it is fanned out later and sees the endpoints
 /// as the transaction open on `conn` leaves them (PostgreSQL: the cursor's row is locked until
