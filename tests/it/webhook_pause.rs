@@ -19,7 +19,7 @@ use herald_daemon::store::{EndpointChanges, FanOutLock, Store};
 use herald_tests::{Backend, both_backends, eventually};
 
 use crate::{
-    webhook_store::{add_endpoint, fan_out, open, suppression},
+    webhook_store::{add_endpoint, open, suppression},
     webhooks::{WAIT, endpoint, start_with, suppress},
 };
 
@@ -38,7 +38,7 @@ async fn paused(store: &Store, endpoint: &WebhookEndpointId) -> bool {
     due.iter().find(|e| &e.id == endpoint).expect("an enabled endpoint").paused
 }
 
-/// Pauses `endpoint`, waiting for PostgreSQL's fan-out cursor; whether it was paused now.
+/// Pauses `endpoint`, waiting for PostgreSQL's fan-out lock; whether it was paused now.
 async fn pause(store: &Store, endpoint: &WebhookEndpointId) -> bool {
     store
         .pause_webhook_endpoint(endpoint.clone(), 50, FanOutLock::Wait)
@@ -84,7 +84,7 @@ async fn probe(store: &Store, endpoint: &WebhookEndpointId) -> (usize, bool) {
 }
 
 /// Adds suppressions `from..to` (an event each) and lifts the first `lifted` of them (another
-/// event each, about the same subject), then fans their events out.
+/// event each, about the same subject).
 async fn events(store: &Store, tenant: &TenantId, from: i64, to: i64, lifted: usize) {
     let mut added = Vec::new();
     for i in from..to {
@@ -93,7 +93,6 @@ async fn events(store: &Store, tenant: &TenantId, from: i64, to: i64, lifted: us
     for id in &added[..lifted] {
         store.delete_suppression(tenant, id).await.unwrap().unwrap();
     }
-    fan_out(store).await;
 }
 
 async fn a_paused_endpoint_is_owed_its_events_and_caught_up_in_order(backend: Backend) {
@@ -221,7 +220,7 @@ async fn commit(mut writer: sqlx::PgConnection) {
     sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
 }
 
-/// Settles the disabled endpoints, waiting for PostgreSQL's fan-out cursor: how many.
+/// Settles the disabled endpoints, waiting for PostgreSQL's fan-out lock: how many.
 async fn settle(store: &Store) -> usize {
     settle_in(store, 10_000).await.0
 }
@@ -241,10 +240,10 @@ async fn settle_in(store: &Store, range: i64) -> (usize, usize) {
 }
 
 /// PostgreSQL: an endpoint disabled while a transaction is writing an event, which commits
-/// after the disable did. The fan-out has not reached that event (it goes only as far as the
-/// events committed while no writer was in flight), and passes it by for the disabled
-/// endpoints: settling waits until the fan-out has passed it, then makes it a failed message for
-/// each, so that `recover` finds it, once.
+/// after the disable did. Its fan-out saw the endpoint as it was: paused (the event is owed) or
+/// not (a pending message to an endpoint now disabled, which the disable could not see).
+/// Settled with the fan-out lock held, both become failed messages, so that `recover` finds
+/// them, each once.
 #[tokio::test]
 async fn a_disabled_endpoint_settles_the_events_being_written() {
     let backend = Backend::Postgres;
@@ -267,19 +266,12 @@ async fn a_disabled_endpoint_settles_the_events_being_written() {
         format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{id}' AND status = '{status}'")
     };
     assert_eq!(count(backend, &url, &with(&paused_one, "failed")).await, 3, "its pending messages");
-    assert_eq!(count(backend, &url, &with(&other, "failed")).await, 5, "its pending messages");
+    assert_eq!(count(backend, &url, &with(&other, "pending")).await, 1, "the event in flight's message");
 
-    let once = store.settle_disabled_webhook_endpoints(800, 10_000, FanOutLock::Wait).await.unwrap();
-    assert_eq!(once, Some((0, 2)), "the fan-out has not passed the event in flight: both wait");
-    assert_eq!(fan_out(&store).await, 1);
-    assert_eq!(count(backend, &url, &with(&other, "pending")).await, 0, "no message for a disabled endpoint");
     assert_eq!(settle(&store).await, 2);
-    assert_eq!(
-        count(backend, &url, &with(&paused_one, "failed")).await,
-        6,
-        "the owed events, and the one in flight"
-    );
-    assert_eq!(count(backend, &url, &with(&other, "failed")).await, 6, "the event in flight");
+    assert_eq!(count(backend, &url, &with(&paused_one, "failed")).await, 6, "the owed event in flight too");
+    assert_eq!(count(backend, &url, &with(&other, "failed")).await, 6);
+    assert_eq!(count(backend, &url, &with(&other, "pending")).await, 0, "nothing left pending");
     assert_eq!(
         count(backend, &url, "SELECT COUNT(*) FROM webhook_endpoints WHERE paused_after IS NOT NULL").await,
         0,
@@ -296,9 +288,9 @@ async fn a_disabled_endpoint_settles_the_events_being_written() {
     store.close().await;
 }
 
-/// PostgreSQL: disabled while a transaction wrote an event, then enabled again before it was
-/// settled: it is caught up from its mark, and the event in flight gets one message, from the
-/// fan-out (each message has its own `webhook-id`).
+/// PostgreSQL: disabled while a transaction wrote an event (which made it a pending message),
+/// then enabled again before it was settled: it is caught up from its mark, and the event that
+/// has its message gets no second one (each message has its own `webhook-id`).
 #[tokio::test]
 async fn enabled_again_before_it_is_settled_it_gets_each_event_once() {
     let backend = Backend::Postgres;
@@ -315,20 +307,17 @@ async fn enabled_again_before_it_is_settled_it_gets_each_event_once() {
     set_status(&store, &tenant, &endpoint, EndpointStatus::Enabled, 600).await;
     assert!(paused(&store, &endpoint).await, "marked, not settled");
     assert_eq!(catch_up(&store, &endpoint, 1_000).await, (0, false), "nothing owed: resumed");
-    assert_eq!(fan_out(&store).await, 1);
-    assert_eq!(catch_up(&store, &endpoint, 1_000).await, (0, false));
     assert_eq!(made_twice(backend, &url, &endpoint).await, 0, "the event in flight's message made once");
     assert_eq!(messages_of(backend, &url, &endpoint).await, 4);
     store.close().await;
 }
 
-/// PostgreSQL: the fan-out goes only as far as the events committed while no transaction was
-/// writing one (event ids are not in commit order): while one is in flight it does nothing when
-/// it only tries, and waits for it otherwise, though a later event has committed. A pause does
-/// not wait for that transaction (it locks the fan-out's cursor, which no writer holds), and the
-/// event, which the fan-out had not reached, is owed: the catch-up makes its one message.
+/// PostgreSQL: a pause waits for the transactions that are writing events (or, only trying the
+/// lock, does nothing while one is in flight). One that wrote an
+/// event before the pause and commits after it keeps that event's message (its fan-out saw the
+/// endpoint as it was), and the pause counts from it: the catch-up makes no second message.
 #[tokio::test]
-async fn the_fan_out_waits_for_the_events_being_written_and_a_pause_does_not() {
+async fn a_pause_waits_for_the_events_being_written() {
     let backend = Backend::Postgres;
     if !backend.available() {
         return;
@@ -337,31 +326,26 @@ async fn the_fan_out_waits_for_the_events_being_written_and_a_pause_does_not() {
     let (store, tenant, url) = open(backend, dir.path()).await;
     let dead = add_endpoint(&store, &tenant, None).await;
     let writer = writing_event(&url, &tenant, "sup_1", 5).await;
-    store.add_suppression(suppression(&tenant, 2)).await.unwrap();
     assert_eq!(
-        store.fan_out_webhook_events(100, FanOutLock::Try).await.unwrap(),
+        store.pause_webhook_endpoint(dead.clone(), 50, FanOutLock::Try).await.unwrap(),
         None,
-        "only tried: a writer in flight, nothing is done"
+        "only tried: the lock is taken, nothing is done"
     );
-    let paused = tokio::time::timeout(
-        Duration::from_secs(1),
-        store.pause_webhook_endpoint(dead.clone(), 50, FanOutLock::Try),
-    )
-    .await
-    .expect("the pause does not wait for the writer");
-    assert_eq!(paused.unwrap(), Some(true));
-    let fanning = tokio::spawn({
-        let store = store.clone();
-        async move { store.fan_out_webhook_events(100, FanOutLock::Wait).await }
+    let pausing = tokio::spawn({
+        let (store, dead) = (store.clone(), dead.clone());
+        async move { store.pause_webhook_endpoint(dead, 50, FanOutLock::Wait).await }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!fanning.is_finished(), "the fan-out waits for the transaction writing an event");
+    assert!(!pausing.is_finished(), "the pause waits for the transaction writing an event");
     commit(writer).await;
-    assert_eq!(fanning.await.unwrap().unwrap(), Some(2), "both events, the one in flight first");
-    assert_eq!(messages_of(backend, &url, &dead).await, 0, "paused before the fan-out reached them: owed");
-    assert_eq!(catch_up(&store, &dead, 10).await, (2, false));
-    assert_eq!(messages_of(backend, &url, &dead).await, 2, "one each");
-    assert_eq!(made_twice(backend, &url, &dead).await, 0);
+    assert_eq!(pausing.await.unwrap().unwrap(), Some(true));
+    assert_eq!(
+        messages_of(backend, &url, &dead).await,
+        1,
+        "the event written before the pause has its message"
+    );
+    assert_eq!(catch_up(&store, &dead, 10).await, (0, false));
+    assert_eq!(messages_of(backend, &url, &dead).await, 1, "and only one");
     store.close().await;
 }
 
@@ -370,7 +354,7 @@ async fn the_fan_out_waits_for_the_events_being_written_and_a_pause_does_not() {
 /// answers, every event arrives, each subject's in order, each event's message made once, and it
 /// is resumed. With two daemons sharing PostgreSQL (`daemons` 2, the API's requests to each in
 /// turn), whichever trips first pauses it, the other's dispatcher reads it as paused and probes
-/// it too, and their catch-ups are serialized by the fan-out's cursor and the endpoint's row.
+/// it too, and their catch-ups are serialized by the fan-out lock and the endpoint's row.
 async fn paused_then_caught_up(backend: Backend, daemons: usize) {
     let extra = vec![
         ("HERALD_WEBHOOK_ENDPOINT_CONCURRENCY", "4".to_owned()),

@@ -1,87 +1,50 @@
-//! The fan-out task: makes the messages of events (the store's `fan_out`). On PostgreSQL it is
-//! the only fan-out, one daemon at a time; on SQLite it makes those that were not made in their
-//! own transaction: a saturated writer's, those of a transaction whose fan-out failed, and at
-//! start what a stopped daemon left. It is woken when events commit, and looks every [`POLL`]
-//! besides.
-//!
-//! While the store's writer is saturated ([`Pressure`]) it holds back, as the dispatcher holds
-//! the deliveries back, for at most [`super::HOLD_AT_MOST_MS`] since the oldest event it left: in a
-//! burst of dispatches the messages' rows would share the two cores with the dispatches (on
-//! PostgreSQL, made in the change's statement, they cost a saturated in-app dispatch 15–25 %
-//! with one endpoint subscribed); they are made once the burst is over, in groups.
+//! SQLite's fan-out task: makes the messages of events that were not fanned out in their own
+//! transaction (the writer does that just before each commit; see the store's `fan_out`): those
+//! of the transactions of a saturated writer, those of a transaction whose fan-out failed, and
+//! at start what a stopped daemon left. It is woken then, lingers [`LINGER`] so that a saturated
+//! writer's events make groups, and looks every [`POLL`] besides. (PostgreSQL fans out in the
+//! change's statement; this task does not run there.)
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{LINGER_BUSY, Pressure};
-use crate::{
-    state::AppState,
-    store::{Engine, FanOutLock},
-};
+use crate::state::AppState;
 
-/// Events fanned out in one transaction on SQLite: a group costs one statement; a smaller one
-/// holds the one writer for less time between two batches of dispatches.
-const GROUP_SQLITE: i64 = 256;
-/// Events fanned out in one transaction on PostgreSQL (their messages hold the cursor's row,
-/// not the writers).
-const GROUP_POSTGRES: i64 = 1_000;
+/// Events fanned out in one transaction. A group costs one statement; a smaller one holds
+/// SQLite's writer for less time between two batches of dispatches.
+const GROUP: i64 = 256;
 /// The longest the fan-out sleeps without looking (events whose wake-up it missed).
 const POLL: Duration = Duration::from_secs(1);
-/// How long it waits, once woken, before it fans out: SQLite's task only takes what a saturated
-/// writer left, woken by each of its commits a few milliseconds apart; on PostgreSQL it takes
-/// every event, and waits little (the first attempt waits for it).
-const LINGER_SQLITE: Duration = Duration::from_millis(100);
-const LINGER_POSTGRES: Duration = Duration::from_millis(5);
+/// How long it waits, once woken, before it fans out: while the writer is saturated it is woken
+/// by each of its commits, a few milliseconds apart.
+const LINGER: Duration = Duration::from_millis(100);
 /// How long it waits after the store refused a group.
 const BACKOFF: Duration = Duration::from_millis(200);
 
 /// Fans out what is waiting, then waits for new events (or [`POLL`]).
 pub async fn run_fan_out(state: AppState, shutdown: CancellationToken) {
-    let postgres = state.store.engine() == Engine::Postgres;
-    let (group, linger) =
-        if postgres { (GROUP_POSTGRES, LINGER_POSTGRES) } else { (GROUP_SQLITE, LINGER_SQLITE) };
     let wake = state.store.webhook_event_wake().clone();
-    let mut pressure = Pressure::new();
-    // Since when events have waited for this task (it was woken, or left a full group).
-    let mut waiting_since: Option<i64> = Some(state.clock.now_millis());
     loop {
-        let now = state.clock.now_millis();
-        let pause = if waiting_since.is_some_and(|since| pressure.holds(Some(since), now)) {
-            Some(LINGER_BUSY)
-        } else {
-            // PostgreSQL: waits for the event writers in flight, which holds new ones up for as
-            // long (a millisecond or two at a steady load). Only trying, at a steady 1,000
-            // events a second it found one in flight most of the time: retried every 2 ms for
-            // up to 20 ms, an event's first attempt waited 31 ms at the median, against 13.
-            match state.store.fan_out_webhook_events(group, FanOutLock::Wait).await {
-                // A full group: more may wait.
-                Ok(Some(taken)) if taken >= group => continue,
-                Ok(Some(_)) => {
-                    waiting_since = None;
-                    None
-                }
-                Ok(None) => Some(BACKOFF),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot fan webhook events out");
-                    Some(BACKOFF)
-                }
+        let pause = match state.store.fan_out_webhook_events(GROUP).await {
+            // A full group: more may wait.
+            Ok(taken) if taken >= GROUP => continue,
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot fan webhook events out");
+                Some(BACKOFF)
             }
         };
         let woken = tokio::select! {
             _ = wake.notified(), if pause.is_none() => true,
-            _ = tokio::time::sleep(pause.unwrap_or(POLL)) => pause.is_some(),
+            _ = tokio::time::sleep(pause.unwrap_or(POLL)) => false,
             _ = shutdown.cancelled() => break,
         };
-        if woken && pause.is_none() {
-            waiting_since.get_or_insert(state.clock.now_millis());
+        if woken {
             tokio::select! {
-                _ = tokio::time::sleep(linger) => {}
+                _ = tokio::time::sleep(LINGER) => {}
                 _ = shutdown.cancelled() => break,
             }
-        } else if !woken {
-            // The poll: events whose wake-up was missed (another daemon's, a lost notification).
-            waiting_since.get_or_insert(state.clock.now_millis());
         }
     }
 }
