@@ -283,7 +283,20 @@ async fn start_daemon_with(
     .await
     .context("heraldd did not start in 30 s")?
     .context("heraldd exited")?;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    // With `HERALD_BENCH_DAEMON_LOG` set, the daemon's log goes to that file (otherwise it is
+    // read and dropped); `HERALD_BENCH_LOG` sets its level.
+    let mut log = match std::env::var_os("HERALD_BENCH_DAEMON_LOG") {
+        Some(path) => Some(tokio::fs::File::create(path).await.context("the daemon's log file")?),
+        None => None,
+    };
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt as _;
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(file) = log.as_mut() {
+                let _ = file.write_all(format!("{line}\n").as_bytes()).await;
+            }
+        }
+    });
     Ok(Daemon { child, url: format!("http://{addr}"), boot })
 }
 

@@ -27,6 +27,12 @@
 //!    taken; deliveries per second from the first dispatch to the last delivery.
 //! 3. **Latency**: one endpoint, `--rate` dispatches a second for `--seconds`; for each delivery,
 //!    its arrival minus the event's `timestamp` (when the change committed): event → first attempt.
+//!    With `HERALD_BENCH_TIMELINE` set, each step also lists its 100 ms spells (by the events'
+//!    timestamps) whose slowest first attempt took over 50 ms: when a tail happened, and whether
+//!    the dispatches themselves slowed then (fewer events in the spell). With
+//!    `HERALD_BENCH_DAEMON_LOG=FILE` the daemon's log is kept there (`HERALD_BENCH_LOG` sets its
+//!    filter, e.g. `info,herald_daemon::delivery::webhooks=debug` for each fan-out call and
+//!    hold-back).
 //! 4. **Isolation**: `--backlog` events are dispatched with no endpoint subscribed, then step 3
 //!    runs again (the control before); a dead endpoint (it answers 503 at once) is given a
 //!    backlog of as many events, then step 3 runs beside it; then the dead endpoint is removed
@@ -90,6 +96,8 @@ struct Seen {
     last: Option<Instant>,
     /// Arrival minus the event's timestamp, in ms.
     lag_ms: Vec<i64>,
+    /// Each event's timestamp (ms since the epoch) and its lag, in arrival order.
+    timeline: Vec<(i64, i64)>,
 }
 
 type Book = Arc<Mutex<HashMap<String, Seen>>>;
@@ -112,6 +120,7 @@ async fn receive(State(book): State<Book>, Path(name): Path<String>, body: Bytes
         seen.last = Some(now);
         if let (Some(at), Ok(arrived)) = (at, arrived) {
             seen.lag_ms.push(arrived - at.millis());
+            seen.timeline.push((at.millis(), arrived - at.millis()));
         }
     }
     StatusCode::NO_CONTENT
@@ -226,8 +235,26 @@ async fn paced_lags(
         load::paced(&api.url, &api.key, "/api/v1/notifications", o.rate, total, in_app_body, |_| {}).await;
     receiver.wait_for(name, paced.accepted, Duration::from_secs(120)).await;
     let mut seen = receiver.take(name);
+    if std::env::var_os("HERALD_BENCH_TIMELINE").is_some() {
+        print_slow_spells(&seen.timeline);
+    }
     seen.lag_ms.sort_unstable();
     Ok((seen.lag_ms, seen.count, paced.accepted))
+}
+
+/// With `HERALD_BENCH_TIMELINE` set: each 100 ms of a paced step (by the events' timestamps)
+/// whose slowest first attempt took over 50 ms, to see when a step's tail happened.
+fn print_slow_spells(timeline: &[(i64, i64)]) {
+    let Some(start) = timeline.iter().map(|(at, _)| *at).min() else { return };
+    let mut spells: std::collections::BTreeMap<i64, (usize, i64)> = Default::default();
+    for (at, lag) in timeline {
+        let spell = spells.entry((at - start) / 100).or_default();
+        spell.0 += 1;
+        spell.1 = spell.1.max(*lag);
+    }
+    for (spell, (events, slowest)) in spells.iter().filter(|(_, (_, slowest))| *slowest > 50) {
+        println!("  t+{:.1} s: {events} events, slowest {slowest} ms", *spell as f64 / 10.0);
+    }
 }
 
 /// The case (0 none, 1 delivering, 2 down) of row `row`: the rounds run the three in turn, in

@@ -132,10 +132,8 @@ fn start_tasks(
     }
     task!("delivery-workers", delivery::run_workers);
     task!("webhook-dispatcher", delivery::webhooks::run_webhooks);
-    // PostgreSQL fans webhook events out in the change's statement (migration 0017).
-    if state.store.engine() == store::Engine::Sqlite {
-        task!("webhook-fan-out", delivery::webhooks::run_fan_out);
-    } else {
+    task!("webhook-fan-out", delivery::webhooks::run_fan_out);
+    if state.store.engine() == store::Engine::Postgres {
         task!("webhook-statistics", delivery::webhooks::run_statistics);
     }
     task!("webhook-settle", delivery::webhooks::run_settle);

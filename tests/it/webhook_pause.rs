@@ -19,7 +19,7 @@ use herald_daemon::store::{EndpointChanges, FanOutLock, Store};
 use herald_tests::{Backend, both_backends, eventually};
 
 use crate::{
-    webhook_store::{add_endpoint, open, suppression},
+    webhook_store::{add_endpoint, fan_out, open, suppression},
     webhooks::{WAIT, endpoint, start_with, suppress},
 };
 
@@ -38,7 +38,7 @@ async fn paused(store: &Store, endpoint: &WebhookEndpointId) -> bool {
     due.iter().find(|e| &e.id == endpoint).expect("an enabled endpoint").paused
 }
 
-/// Pauses `endpoint`, waiting for PostgreSQL's fan-out lock; whether it was paused now.
+/// Pauses `endpoint`, waiting for PostgreSQL's fan-out cursor; whether it was paused now.
 async fn pause(store: &Store, endpoint: &WebhookEndpointId) -> bool {
     store
         .pause_webhook_endpoint(endpoint.clone(), 50, FanOutLock::Wait)
@@ -84,7 +84,7 @@ async fn probe(store: &Store, endpoint: &WebhookEndpointId) -> (usize, bool) {
 }
 
 /// Adds suppressions `from..to` (an event each) and lifts the first `lifted` of them (another
-/// event each, about the same subject).
+/// event each, about the same subject), then fans their events out.
 async fn events(store: &Store, tenant: &TenantId, from: i64, to: i64, lifted: usize) {
     let mut added = Vec::new();
     for i in from..to {
@@ -93,6 +93,7 @@ async fn events(store: &Store, tenant: &TenantId, from: i64, to: i64, lifted: us
     for id in &added[..lifted] {
         store.delete_suppression(tenant, id).await.unwrap().unwrap();
     }
+    fan_out(store).await;
 }
 
 async fn a_paused_endpoint_is_owed_its_events_and_caught_up_in_order(backend: Backend) {
@@ -220,7 +221,7 @@ async fn commit(mut writer: sqlx::PgConnection) {
     sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
 }
 
-/// Settles the disabled endpoints, waiting for PostgreSQL's fan-out lock: how many.
+/// Settles the disabled endpoints, waiting for PostgreSQL's fan-out cursor: how many.
 async fn settle(store: &Store) -> usize {
     settle_in(store, 10_000).await.0
 }
@@ -240,10 +241,10 @@ async fn settle_in(store: &Store, range: i64) -> (usize, usize) {
 }
 
 /// PostgreSQL: an endpoint disabled while a transaction is writing an event, which commits
-/// after the disable did. Its fan-out saw the endpoint as it was: paused (the event is owed) or
-/// not (a pending message to an endpoint now disabled, which the disable could not see).
-/// Settled with the fan-out lock held, both become failed messages, so that `recover` finds
-/// them, each once.
+/// after the disable did. The fan-out has not reached that event (it goes only as far as no
+/// writer in flight can still add to), and passes it by for the disabled
+/// endpoints: settling waits until the fan-out has passed it, then makes it a failed message for
+/// each, so that `recover` finds it, once.
 #[tokio::test]
 async fn a_disabled_endpoint_settles_the_events_being_written() {
     let backend = Backend::Postgres;
@@ -266,12 +267,19 @@ async fn a_disabled_endpoint_settles_the_events_being_written() {
         format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{id}' AND status = '{status}'")
     };
     assert_eq!(count(backend, &url, &with(&paused_one, "failed")).await, 3, "its pending messages");
-    assert_eq!(count(backend, &url, &with(&other, "pending")).await, 1, "the event in flight's message");
+    assert_eq!(count(backend, &url, &with(&other, "failed")).await, 5, "its pending messages");
 
+    let once = store.settle_disabled_webhook_endpoints(800, 10_000, FanOutLock::Wait).await.unwrap();
+    assert_eq!(once, Some((0, 2)), "the fan-out has not passed the event in flight: both wait");
+    assert_eq!(fan_out(&store).await, 1);
+    assert_eq!(count(backend, &url, &with(&other, "pending")).await, 0, "no message for a disabled endpoint");
     assert_eq!(settle(&store).await, 2);
-    assert_eq!(count(backend, &url, &with(&paused_one, "failed")).await, 6, "the owed event in flight too");
-    assert_eq!(count(backend, &url, &with(&other, "failed")).await, 6);
-    assert_eq!(count(backend, &url, &with(&other, "pending")).await, 0, "nothing left pending");
+    assert_eq!(
+        count(backend, &url, &with(&paused_one, "failed")).await,
+        6,
+        "the owed events, and the one in flight"
+    );
+    assert_eq!(count(backend, &url, &with(&other, "failed")).await, 6, "the event in flight");
     assert_eq!(
         count(backend, &url, "SELECT COUNT(*) FROM webhook_endpoints WHERE paused_after IS NOT NULL").await,
         0,
@@ -288,9 +296,9 @@ async fn a_disabled_endpoint_settles_the_events_being_written() {
     store.close().await;
 }
 
-/// PostgreSQL: disabled while a transaction wrote an event (which made it a pending message),
-/// then enabled again before it was settled: it is caught up from its mark, and the event that
-/// has its message gets no second one (each message has its own `webhook-id`).
+/// PostgreSQL: disabled while a transaction wrote an event, then enabled again before it was
+/// settled: it is caught up from its mark, and the event in flight gets one message, from the
+/// fan-out (each message has its own `webhook-id`).
 #[tokio::test]
 async fn enabled_again_before_it_is_settled_it_gets_each_event_once() {
     let backend = Backend::Postgres;
@@ -307,45 +315,71 @@ async fn enabled_again_before_it_is_settled_it_gets_each_event_once() {
     set_status(&store, &tenant, &endpoint, EndpointStatus::Enabled, 600).await;
     assert!(paused(&store, &endpoint).await, "marked, not settled");
     assert_eq!(catch_up(&store, &endpoint, 1_000).await, (0, false), "nothing owed: resumed");
+    assert_eq!(fan_out(&store).await, 1);
+    assert_eq!(catch_up(&store, &endpoint, 1_000).await, (0, false));
     assert_eq!(made_twice(backend, &url, &endpoint).await, 0, "the event in flight's message made once");
     assert_eq!(messages_of(backend, &url, &endpoint).await, 4);
     store.close().await;
 }
 
-/// PostgreSQL: a pause waits for the transactions that are writing events (or, only trying the
-/// lock, does nothing while one is in flight). One that wrote an
-/// event before the pause and commits after it keeps that event's message (its fan-out saw the
-/// endpoint as it was), and the pause counts from it: the catch-up makes no second message.
+/// PostgreSQL: the fan-out goes only as far as no transaction writing events can still add to
+/// (event ids are not in commit order): past an event committed before a writer took its ids,
+/// not past that writer's, though a later event has committed. It waits for no writer (and no
+/// writer waits for it), and a writer of another schema in the same database does not hold it
+/// back. While another transaction holds its cursor, it does nothing, at once. A pause does not
+/// wait for the writer either (it locks the fan-out's cursor, which no writer holds), and the
+/// events the fan-out had not reached are owed: the catch-up makes their one message each.
 #[tokio::test]
-async fn a_pause_waits_for_the_events_being_written() {
+async fn the_fan_out_stops_short_of_the_events_being_written_and_waits_for_no_one() {
     let backend = Backend::Postgres;
     if !backend.available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let (store, tenant, url) = open(backend, dir.path()).await;
+    let other_dir = tempfile::tempdir().unwrap();
+    let (other, other_tenant, other_url) = open(backend, other_dir.path()).await;
     let dead = add_endpoint(&store, &tenant, None).await;
-    let writer = writing_event(&url, &tenant, "sup_1", 5).await;
-    assert_eq!(
-        store.pause_webhook_endpoint(dead.clone(), 50, FanOutLock::Try).await.unwrap(),
-        None,
-        "only tried: the lock is taken, nothing is done"
-    );
-    let pausing = tokio::spawn({
-        let (store, dead) = (store.clone(), dead.clone());
-        async move { store.pause_webhook_endpoint(dead, 50, FanOutLock::Wait).await }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!pausing.is_finished(), "the pause waits for the transaction writing an event");
+    store.add_suppression(suppression(&tenant, 1)).await.unwrap();
+    let writer = writing_event(&url, &tenant, "sup_in_flight", 5).await;
+    let other_writer = writing_event(&other_url, &other_tenant, "sup_elsewhere", 5).await;
+    store.add_suppression(suppression(&tenant, 2)).await.unwrap();
+    let fanned = tokio::time::timeout(Duration::from_secs(1), store.fan_out_webhook_events(100))
+        .await
+        .expect("the fan-out waits for no writer");
+    assert_eq!(fanned.unwrap(), Some(1), "the event before the writer's, not the one after");
+    assert_eq!(messages_of(backend, &url, &dead).await, 1);
+    let paused = tokio::time::timeout(
+        Duration::from_secs(1),
+        store.pause_webhook_endpoint(dead.clone(), 50, FanOutLock::Try),
+    )
+    .await
+    .expect("the pause does not wait for the writer");
+    assert_eq!(paused.unwrap(), Some(true));
+    // Another transaction holding the cursor (another daemon's fan-out, a pause): nothing done,
+    // at once, to be tried again.
+    let mut holder = {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&url).await.unwrap()
+    };
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM webhook_fan_out WHERE id = 1 FOR UPDATE").execute(&mut holder).await.unwrap();
+    assert_eq!(store.fan_out_webhook_events(100).await.unwrap(), None, "the cursor is held");
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    assert_eq!(store.fan_out_webhook_events(100).await.unwrap(), Some(0), "the writer is still in flight");
     commit(writer).await;
-    assert_eq!(pausing.await.unwrap().unwrap(), Some(true));
     assert_eq!(
-        messages_of(backend, &url, &dead).await,
-        1,
-        "the event written before the pause has its message"
+        store.fan_out_webhook_events(100).await.unwrap(),
+        Some(2),
+        "the writer's event and the later one"
     );
-    assert_eq!(catch_up(&store, &dead, 10).await, (0, false));
-    assert_eq!(messages_of(backend, &url, &dead).await, 1, "and only one");
+    assert_eq!(messages_of(backend, &url, &dead).await, 1, "paused before the fan-out reached them: owed");
+    assert_eq!(catch_up(&store, &dead, 10).await, (2, false));
+    assert_eq!(messages_of(backend, &url, &dead).await, 3, "one each");
+    assert_eq!(made_twice(backend, &url, &dead).await, 0);
+    commit(other_writer).await;
+    assert_eq!(other.fan_out_webhook_events(100).await.unwrap(), Some(1));
+    other.close().await;
     store.close().await;
 }
 
@@ -354,7 +388,7 @@ async fn a_pause_waits_for_the_events_being_written() {
 /// answers, every event arrives, each subject's in order, each event's message made once, and it
 /// is resumed. With two daemons sharing PostgreSQL (`daemons` 2, the API's requests to each in
 /// turn), whichever trips first pauses it, the other's dispatcher reads it as paused and probes
-/// it too, and their catch-ups are serialized by the fan-out lock and the endpoint's row.
+/// it too, and their catch-ups are serialized by the fan-out's cursor and the endpoint's row.
 async fn paused_then_caught_up(backend: Backend, daemons: usize) {
     let extra = vec![
         ("HERALD_WEBHOOK_ENDPOINT_CONCURRENCY", "4".to_owned()),

@@ -1,4 +1,4 @@
-//! Inbox changes and webhook messages from other daemons, and the store's standing work.
+//! Inbox changes, webhook events and messages from other daemons, and the store's standing work.
 //!
 //! On PostgreSQL every daemon LISTENs on `herald_inbox`; writes that change an inbox NOTIFY
 //! inside their transaction (so the message goes out at commit, or never). When the listening
@@ -14,8 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Engine, Readers, Store, inbox::INBOX_CHANNEL};
 
-/// What the outbox's trigger NOTIFYs when it inserts webhook messages (migration 0015).
+/// What is NOTIFYed when webhook messages are inserted (the fan-out, a recovery, a catch-up).
 const WEBHOOK_CHANNEL: &str = "herald_webhooks";
+/// What the events' statement trigger NOTIFYs when webhook events are inserted (migration 0022).
+const WEBHOOK_EVENT_CHANNEL: &str = "herald_webhook_events";
 
 /// The `herald_inbox` NOTIFY payload: one user's new or changed item
 /// ([`super::inbox::notify_payload`]) or a batch's new items
@@ -46,7 +48,8 @@ impl Store {
                     }
                 }
             };
-            if let Err(e) = listener.listen_all([INBOX_CHANNEL, WEBHOOK_CHANNEL]).await {
+            if let Err(e) = listener.listen_all([INBOX_CHANNEL, WEBHOOK_CHANNEL, WEBHOOK_EVENT_CHANNEL]).await
+            {
                 tracing::warn!(error = %e, "cannot LISTEN; retrying");
                 continue;
             }
@@ -54,6 +57,7 @@ impl Store {
             // the webhook dispatcher.
             self.hub.wake_all();
             self.wake_webhooks();
+            self.webhook_event_wake.notify_one();
             loop {
                 // `try_recv` (not `recv`, which reconnects silently) reports a lost connection as
                 // `Ok(None)`; notifications sent meanwhile are gone, so every stream re-reads.
@@ -68,8 +72,12 @@ impl Store {
                         );
                         self.hub.wake_all();
                         self.wake_webhooks();
+                        self.webhook_event_wake.notify_one();
                     }
                     Ok(Some(n)) if n.channel() == WEBHOOK_CHANNEL => self.wake_webhooks(),
+                    Ok(Some(n)) if n.channel() == WEBHOOK_EVENT_CHANNEL => {
+                        self.webhook_event_wake.notify_one()
+                    }
                     Ok(Some(n)) => match serde_json::from_str::<Payload>(n.payload()) {
                         Ok(Payload::Created { c }) => {
                             for (app, user) in &c {

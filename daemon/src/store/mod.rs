@@ -333,7 +333,7 @@ pub struct Store {
     activity: Arc<tokio::sync::watch::Sender<u64>>,
     /// Wakes the webhook dispatcher when messages are inserted (see [`Store::webhook_wake`]).
     webhook_wake: Arc<tokio::sync::Notify>,
-    /// Wakes SQLite's fan-out when events are inserted (see [`Store::webhook_event_wake`]).
+    /// Wakes the fan-out when events are inserted (see [`Store::webhook_event_wake`]).
     webhook_event_wake: Arc<tokio::sync::Notify>,
     /// The transactions of [`Store::write_apart`] that may run at once.
     apart: Arc<tokio::sync::Semaphore>,

@@ -1,50 +1,91 @@
-//! SQLite's fan-out task: makes the messages of events that were not fanned out in their own
-//! transaction (the writer does that just before each commit; see the store's `fan_out`): those
-//! of the transactions of a saturated writer, those of a transaction whose fan-out failed, and
-//! at start what a stopped daemon left. It is woken then, lingers [`LINGER`] so that a saturated
-//! writer's events make groups, and looks every [`POLL`] besides. (PostgreSQL fans out in the
-//! change's statement; this task does not run there.)
+//! The fan-out task: makes the messages of events (the store's `fan_out`). On PostgreSQL it is
+//! the only fan-out, one daemon at a time; on SQLite it makes those that were not made in their
+//! own transaction: a saturated writer's, those of a transaction whose fan-out failed, and at
+//! start what a stopped daemon left. It is woken when events commit, and looks every [`POLL`]
+//! besides.
+//!
+//! While the store's writer is saturated ([`Pressure`]) it holds back, as the dispatcher holds
+//! the deliveries back, for at most [`super::HOLD_AT_MOST_MS`] since the oldest event it left: in a
+//! burst of dispatches the messages' rows would share the two cores with the dispatches (on
+//! PostgreSQL, made in the change's statement, they cost a saturated in-app dispatch 15–25 %
+//! with one endpoint subscribed); they are made once the burst is over, in groups.
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::state::AppState;
+use super::{LINGER_BUSY, Pressure};
+use crate::{state::AppState, store::Engine};
 
-/// Events fanned out in one transaction. A group costs one statement; a smaller one holds
-/// SQLite's writer for less time between two batches of dispatches.
-const GROUP: i64 = 256;
+/// Events fanned out in one transaction on SQLite: a group costs one statement; a smaller one
+/// holds the one writer for less time between two batches of dispatches.
+const GROUP_SQLITE: i64 = 256;
+/// Events fanned out in one transaction on PostgreSQL (while their messages are made the
+/// cursor's row is held, which no writer waits for).
+const GROUP_POSTGRES: i64 = 1_000;
 /// The longest the fan-out sleeps without looking (events whose wake-up it missed).
 const POLL: Duration = Duration::from_secs(1);
-/// How long it waits, once woken, before it fans out: while the writer is saturated it is woken
-/// by each of its commits, a few milliseconds apart.
-const LINGER: Duration = Duration::from_millis(100);
+/// How long it waits, once woken, before it fans out: SQLite's task only takes what a saturated
+/// writer left, woken by each of its commits a few milliseconds apart; on PostgreSQL it takes
+/// every event, and waits little (the first attempt waits for it).
+const LINGER_SQLITE: Duration = Duration::from_millis(100);
+const LINGER_POSTGRES: Duration = Duration::from_millis(5);
+/// How long it waits when another transaction held the cursor (PostgreSQL).
+const TRY_AGAIN: Duration = Duration::from_millis(5);
 /// How long it waits after the store refused a group.
 const BACKOFF: Duration = Duration::from_millis(200);
 
 /// Fans out what is waiting, then waits for new events (or [`POLL`]).
 pub async fn run_fan_out(state: AppState, shutdown: CancellationToken) {
+    let postgres = state.store.engine() == Engine::Postgres;
+    let (group, linger) =
+        if postgres { (GROUP_POSTGRES, LINGER_POSTGRES) } else { (GROUP_SQLITE, LINGER_SQLITE) };
     let wake = state.store.webhook_event_wake().clone();
+    let mut pressure = Pressure::new();
+    // Since when events have waited for this task (it was woken, or left a full group).
+    let mut waiting_since: Option<i64> = Some(state.clock.now_millis());
     loop {
-        let pause = match state.store.fan_out_webhook_events(GROUP).await {
-            // A full group: more may wait.
-            Ok(taken) if taken >= GROUP => continue,
-            Ok(_) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot fan webhook events out");
-                Some(BACKOFF)
+        let now = state.clock.now_millis();
+        let pause = if waiting_since.is_some_and(|since| pressure.holds(Some(since), now)) {
+            tracing::debug!(waited_ms = now - waiting_since.unwrap_or(now), "fan-out held back");
+            Some(LINGER_BUSY)
+        } else {
+            let started = std::time::Instant::now();
+            let fanned = state.store.fan_out_webhook_events(group).await;
+            tracing::debug!(?fanned, took_us = started.elapsed().as_micros() as u64, "fan-out");
+            match fanned {
+                // A full group: more may wait.
+                Ok(Some(taken)) if taken >= group => continue,
+                // Every event committed is fanned out, up to (PostgreSQL) those of writers still
+                // in flight: each one's commit wakes the task again.
+                Ok(Some(_)) => {
+                    waiting_since = None;
+                    None
+                }
+                // Another transaction held the cursor (another daemon's fan-out, which may have
+                // read how far it could go before the events this task was woken for committed;
+                // a pause, a catch-up, a settling).
+                Ok(None) => Some(TRY_AGAIN),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot fan webhook events out");
+                    Some(BACKOFF)
+                }
             }
         };
         let woken = tokio::select! {
             _ = wake.notified(), if pause.is_none() => true,
-            _ = tokio::time::sleep(pause.unwrap_or(POLL)) => false,
+            _ = tokio::time::sleep(pause.unwrap_or(POLL)) => pause.is_some(),
             _ = shutdown.cancelled() => break,
         };
-        if woken {
+        if woken && pause.is_none() {
+            waiting_since.get_or_insert(state.clock.now_millis());
             tokio::select! {
-                _ = tokio::time::sleep(LINGER) => {}
+                _ = tokio::time::sleep(linger) => {}
                 _ = shutdown.cancelled() => break,
             }
+        } else if !woken {
+            // The poll: events whose wake-up was missed (another daemon's, a lost notification).
+            waiting_since.get_or_insert(state.clock.now_millis());
         }
     }
 }

@@ -1,9 +1,10 @@
 //! Settles the disabled endpoints ([`crate::store::Store::settle_disabled_webhook_endpoints`]).
 //! Disabling an endpoint (`410`, 5 days of failure, an operator) fails its pending messages in
 //! the writer's transaction and marks it: the events it is owed (five days of them, if it failed
-//! that long), and on PostgreSQL those of the transactions still in flight, which that
-//! transaction cannot see, become failed messages here (`recover` finds them), a group of event
-//! ids at a time, with PostgreSQL's fan-out lock held for each group. A crash in between leaves
+//! that long), and those the fan-out has not reached yet (on PostgreSQL those of the
+//! transactions still in flight too, which that transaction cannot see), become failed messages
+//! here (`recover` finds them), a group of event ids at a time, with PostgreSQL's fan-out cursor
+//! locked for each group. A crash in between leaves
 //! the mark, and the next daemon to look goes on from it.
 
 use std::time::Duration;

@@ -1,26 +1,34 @@
-//! SQLite's fan-out: an event's messages, one per enabled endpoint that wants it, made by one
-//! statement for a group of events (migration 0017), not by a trigger per event.
+//! The fan-out: an event's messages, one per enabled endpoint that wants it, made by one
+//! statement for a group of events, not by a trigger per event (SQLite's migration 0017,
+//! PostgreSQL's 0022). A cursor (`webhook_fan_out.last_event_id`) says how far it has come.
 //!
-//! Made by a trigger inside the change's statement, each message (a row, four index entries and
-//! its subject's order) doubled what an in-app dispatch wrote, on SQLite's one writer; made here,
-//! a group of events costs one statement. The writer runs it at the end of each transaction
-//! that wrote events, just before its commit ([`fan_out_before_commit`]), so the events and their
-//! messages commit together and cost one commit (and, with `synchronous = FULL`, one fsync): a
-//! fan-out in a transaction of its own after each batch doubled the commits at a steady load.
-//! If that statement fails, the transaction commits without the messages, and the fan-out task
-//! ([`Store::fan_out_webhook_events`]) makes them: it also catches up after a restart. SQLite has
-//! one writer, so event ids are in commit order, and a cursor (`webhook_fan_out.last_event_id`)
-//! says how far the fan-out has come.
+//! Made by a trigger inside the change's statement, each message (a row, four or five index
+//! entries and its subject's order) doubled what an in-app dispatch wrote.
 //!
-//! Except while the writer is saturated ([`defers`]): then each commit of a batch of dispatches
-//! would also rewrite the last pages of the messages' table and of its four indexes for a few
-//! dozen messages (23 more WAL pages on 119 for a commit of 28 in-app dispatches, a fifth more
-//! written). Those events are left to the fan-out task, which lingers and takes them in groups
-//! of up to 256, where the same pages are written once for the group (7 more on 119).
+//! **SQLite** has one writer, so event ids are in commit order. The writer fans out at the end
+//! of each transaction that wrote events, just before its commit ([`fan_out_before_commit`]), so
+//! the events and their messages commit together and cost one commit (and, with `synchronous =
+//! FULL`, one fsync): a fan-out in a transaction of its own after each batch doubled the commits
+//! at a steady load. If that statement fails, the transaction commits without the messages, and
+//! the fan-out task ([`Store::fan_out_webhook_events`]) makes them: it also catches up after a
+//! restart. Except while the writer is saturated ([`defers`]): then each commit of a batch of
+//! dispatches would also rewrite the last pages of the messages' table and of its four indexes
+//! for a few dozen messages (23 more WAL pages on 119 for a commit of 28 in-app dispatches, a
+//! fifth more written). Those events are left to the fan-out task, which takes them in groups,
+//! where the same pages are written once for the group (7 more on 119), once the burst is over.
 //!
-//! PostgreSQL fans out in the change's statement still (its migration 0017 says why).
+//! **PostgreSQL** fans out in the task only, one daemon at a time. Event ids are not in commit
+//! order there: the task goes only as far as no event writer in flight can still add to
+//! (`herald_webhook_events_committed`: the last id issued, or below it the lowest key of the
+//! locks writers hold while in flight, each keyed on the last id issued before theirs; no writer
+//! waits for it, nor it for them), and locks the cursor's row while it fans out.
+//! Made in the change's statement by a trigger, a message cost a saturated in-app dispatch
+//! 15–25 % with one endpoint subscribed (docs/PERFORMANCE.md): the task makes it in a
+//! transaction of its own, whose commit does not wait for the WAL to be flushed (lost in a
+//! crash, it is made again from the events: the cursor did not move either), and not while the
+//! writer is saturated.
 
-use crate::store::{Engine, Store, StoreResult, execute, fetch};
+use crate::store::{Engine, Store, StoreResult, execute, fetch, scalar};
 
 /// Which endpoint `e` wants event `v` (a join condition): its tenant's, created by the time it
 /// occurred, of the endpoint's application or of none (the tenant's own: domains,
@@ -102,11 +110,13 @@ pub(crate) fn fan_out_before_commit(conn: &rusqlite::Connection) -> bool {
 
 impl Store {
     /// Fans out up to `limit` events, oldest first, in one transaction; how many it passed (the
-    /// `webhook.test` events among them included; fewer than `limit`: no other is committed).
-    /// PostgreSQL fans out with the change: nothing to do, `0`.
-    pub async fn fan_out_webhook_events(&self, limit: i64) -> StoreResult<i64> {
+    /// `webhook.test` events among them included; fewer than `limit`: no other is committed, or
+    /// on PostgreSQL being written), or `None` if another transaction held PostgreSQL's cursor
+    /// (another daemon's fan-out, which may have begun before the latest events committed; a
+    /// pause, a catch-up, a settling): call again in a moment.
+    pub async fn fan_out_webhook_events(&self, limit: i64) -> StoreResult<Option<i64>> {
         if self.engine() == Engine::Postgres {
-            return Ok(0);
+            return self.fan_out_on_postgres(limit).await;
         }
         self.write(move |conn| {
             Box::pin(async move {
@@ -120,12 +130,37 @@ impl Store {
                          ORDER BY id LIMIT $1)",
                     limit
                 )?;
-                let Some(last) = last else { return Ok(0) };
+                let Some(last) = last else { return Ok(Some(0)) };
                 execute!(conn, FAN_OUT, last)?;
                 execute!(conn, ADVANCE, last)?;
-                Ok(passed)
+                Ok(Some(passed))
             })
         })
         .await
+    }
+
+    /// PostgreSQL: the last event id the sequence has issued (migration 0022's
+    /// `herald_webhook_events_issued`): once the fan-out's cursor has passed it, every
+    /// transaction that held one of those ids has ended.
+    pub(super) async fn events_issued(&self) -> StoreResult<i64> {
+        let mut conn = self.read().await?;
+        scalar!(&mut conn.conn(), fetch_one, i64, "SELECT herald_webhook_events_issued()")
+    }
+
+    /// PostgreSQL's fan-out is one statement, its own transaction: migration 0022's
+    /// `herald_webhook_fan_out_events` says what it does.
+    async fn fan_out_on_postgres(&self, limit: i64) -> StoreResult<Option<i64>> {
+        let mut conn = self.read().await?;
+        let (passed, made) = fetch!(
+            &mut conn.conn(),
+            fetch_one,
+            (Option<i64>, i64),
+            "SELECT passed, made FROM herald_webhook_fan_out_events($1)",
+            limit
+        )?;
+        if made > 0 {
+            self.wake_webhooks();
+        }
+        Ok(passed)
     }
 }

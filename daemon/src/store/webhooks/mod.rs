@@ -2,8 +2,8 @@
 //! in [`dispatch`], what `deliveries` lists and recovery in [`deliveries`].
 //!
 //! Events are not written by this module: the triggers of migration 0015 insert them in the
-//! transaction of the change they report (see the migration), with their messages on PostgreSQL;
-//! on SQLite [`fan_out`] makes the messages just after, a group at a time (migration 0017). A
+//! transaction of the change they report (see the migration); [`fan_out`] makes their messages
+//! after, a group at a time (SQLite's migration 0017, PostgreSQL's 0022). A
 //! `webhook.test` event is inserted here with its one message. `dispatch` leases due messages to
 //! a dispatcher (`next_attempt_at` holds the lease's end while a message is being sent, so a
 //! crashed daemon's messages come due again by themselves) and records what each attempt found.
@@ -24,9 +24,19 @@ pub use dispatch::{
     CLAIM_POSTGRES, ClaimedMessage, DueEndpoint, SETTLE_POSTGRES, SIBLINGS_POSTGRES, Verdict,
     WebhookAttemptRecord,
 };
-pub use pause::Lock as FanOutLock;
 
 use super::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
+
+/// How a pause, a catch-up or a settling waits for the fan-out's cursor (PostgreSQL: its row,
+/// which a fan-out holds while it makes a group's messages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FanOutLock {
+    /// Only if free: otherwise nothing is done (`None`). The dispatcher's way, at each look,
+    /// until a second has gone by.
+    Try,
+    /// Waits (at most half a second).
+    Wait,
+}
 
 /// An endpoint as stored. The secret is not: it is derived from the server secret, the id and
 /// `secret_generation`.
@@ -319,8 +329,9 @@ impl Store {
         &self.webhook_wake
     }
 
-    /// What SQLite's fan-out waits on: inserted events, once committed (the writer's update
-    /// hook notes them).
+    /// What the fan-out waits on: inserted events, once committed (SQLite: the writer's update
+    /// hook notes them; PostgreSQL: `herald_webhook_events` NOTIFYs at commit, heard by
+    /// [`Store::listen_for_changes`]).
     pub fn webhook_event_wake(&self) -> &std::sync::Arc<tokio::sync::Notify> {
         &self.webhook_event_wake
     }
@@ -364,12 +375,13 @@ const DELETE_SETTLED_MESSAGES: &str = "DELETE FROM webhook_messages
        AND status <> 'pending' AND updated_at < $1";
 
 /// Up to `$2` events that occurred before `$1`, among those before the first that did not, that
-/// no message refers to and no paused endpoint is owed.
+/// the fan-out has passed, that no message refers to and no paused endpoint is owed.
 const DELETE_UNNEEDED_EVENTS: &str = "DELETE FROM webhook_events WHERE id IN (
          SELECT v.id FROM webhook_events v
          WHERE v.id < COALESCE((SELECT y.id FROM webhook_events y WHERE y.occurred_at >= $1 ORDER BY y.id LIMIT 1),
                                9223372036854775807)
            AND v.occurred_at < $1
+           AND v.id <= (SELECT last_event_id FROM webhook_fan_out WHERE id = 1)
            AND NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.event_id = v.id)
            AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.paused_after IS NOT NULL AND e.paused_after < v.id)
          ORDER BY v.id LIMIT $2)";

@@ -13,58 +13,46 @@
 //! lost 15–20 % on PostgreSQL, and a healthy endpoint's p99 rose by a median of 32 % while a
 //! dead one took its messages (docs/PERFORMANCE.md).
 //!
-//! Where the fan-out has come: on SQLite its cursor (one writer, event ids in commit order). On
-//! PostgreSQL the last event, read while holding the fan-out lock exclusively: an event's
-//! statement takes it shared before its rows get their ids (migration 0021), so then no
-//! transaction that wrote an event is in flight, every event up to the last is committed, and
-//! every later event's fan-out sees the endpoint as this transaction leaves it.
+//! Where the fan-out has come is its cursor (`fan_out.rs`), read in the transaction that pauses
+//! or catches up: every later event is fanned out later and sees the endpoint as that
+//! transaction leaves it. On SQLite the one writer keeps the fan-out away meanwhile; on
+//! PostgreSQL the cursor's row is locked (as the fan-out locks it), which no event writer waits
+//! for.
 
 use std::sync::LazyLock;
 
 use herald_common::ids::WebhookEndpointId;
 
-use super::{fail_pending_messages, fan_out::endpoint_wants_event, notify_webhooks};
+use super::{FanOutLock as Lock, fail_pending_messages, fan_out::endpoint_wants_event, notify_webhooks};
 use crate::store::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
 
-/// How long a pause or a catch-up that waits for the lock ([`Lock::Wait`]) waits for the event
-/// writers in flight on PostgreSQL: they wait behind it meanwhile, so it gives up (and the
-/// dispatcher tries again) rather than stall them, or join a deadlock, for longer.
+/// How long a pause, a catch-up or a settling that waits for the cursor ([`Lock::Wait`]) waits
+/// on PostgreSQL for the fan-out that holds it: it gives up (and tries again later) rather than
+/// join a deadlock.
 const LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '500ms'";
-/// How long the settling of disabled endpoints waits for a row lock once it holds the fan-out
-/// lock (event writers wait behind it meanwhile): it gives up, and tries again a second later.
+/// How long the settling of disabled endpoints waits for a row lock once it holds the cursor:
+/// it gives up, and tries again a second later.
 const ROW_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '100ms'";
 
-/// How a pause or a catch-up takes PostgreSQL's fan-out lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lock {
-    /// Only if no event writer is in flight: otherwise nothing is done (`None`), and no writer
-    /// waited. The dispatcher's way, at each look, until a second has gone by.
-    Try,
-    /// Waits for the writers in flight (at most [`LOCK_TIMEOUT`]); new writers wait meanwhile.
-    Wait,
-}
-
-/// The last event fanned out, or that will be: every event after it sees the endpoints as the
-/// transaction open on `conn` leaves them. `None`: the lock was not free ([`Lock::Try`]).
+/// Where the fan-out has come: every event after it is fanned out later and sees the endpoints
+/// as the transaction open on `conn` leaves them (PostgreSQL: the cursor's row is locked until
+/// that transaction ends). `None`: a fan-out held it ([`Lock::Try`]).
 async fn fanned_out(conn: &mut Conn<'_>, lock: Lock) -> StoreResult<Option<i64>> {
-    if conn.engine() == Engine::Postgres {
-        if lock == Lock::Try {
-            let locked = scalar!(
-                conn,
-                fetch_one,
-                bool,
-                "SELECT pg_try_advisory_xact_lock(herald_webhook_fan_out_lock())"
-            )?;
-            if !locked {
-                return Ok(None);
-            }
-        } else {
-            execute!(conn, LOCK_TIMEOUT)?;
-            execute!(conn, "SELECT pg_advisory_xact_lock(herald_webhook_fan_out_lock())")?;
-        }
-        return scalar!(conn, fetch_one, i64, "SELECT COALESCE(MAX(id), 0) FROM webhook_events").map(Some);
+    if conn.engine() == Engine::Sqlite {
+        return scalar!(conn, fetch_one, i64, "SELECT last_event_id FROM webhook_fan_out WHERE id = 1")
+            .map(Some);
     }
-    scalar!(conn, fetch_one, i64, "SELECT last_event_id FROM webhook_fan_out WHERE id = 1").map(Some)
+    if lock == Lock::Try {
+        return scalar!(
+            conn,
+            fetch_optional,
+            i64,
+            "SELECT last_event_id FROM webhook_fan_out WHERE id = 1 FOR UPDATE SKIP LOCKED"
+        );
+    }
+    execute!(conn, LOCK_TIMEOUT)?;
+    scalar!(conn, fetch_one, i64, "SELECT last_event_id FROM webhook_fan_out WHERE id = 1 FOR UPDATE")
+        .map(Some)
 }
 
 /// The messages of the endpoint `$1`'s events after `$2` up to `$3` that it wants (the fan-out's
@@ -190,26 +178,21 @@ impl Store {
     }
 }
 
-/// Marks a disabled endpoint as not settled yet: its owed events, and on PostgreSQL the events
-/// of the transactions still in flight, become failed messages (as its pending messages do, so
-/// that `recover` finds them) in [`Store::settle_disabled_webhook_endpoints`]'s groups, not
-/// here. This runs in the writer's transaction (the disabling's), which on PostgreSQL cannot see
-/// the events of transactions in flight, and an endpoint that failed for five days before it was
-/// disabled is owed five days of events: made here, millions of messages held every other
-/// write up. The mark is `paused_after`, kept if it was paused, else the last event the fan-out
-/// has seen to (the last committed on PostgreSQL, SQLite's cursor: later ones are not fanned out
-/// yet, and the fan-out passes a disabled endpoint by).
+/// Marks a disabled endpoint as not settled yet: its owed events, and the events the fan-out
+/// has not reached yet, become failed messages (as its pending messages do, so that `recover`
+/// finds them) in [`Store::settle_disabled_webhook_endpoints`]'s groups, not here. This runs in
+/// the writer's transaction (the disabling's), and an endpoint that failed for five days before
+/// it was disabled is owed five days of events: made here, millions of messages held every other
+/// write up. The mark is `paused_after`, kept if it was paused, else where the fan-out has come
+/// (later events are not fanned out yet, and the fan-out passes a disabled endpoint by).
 pub(super) async fn mark_unsettled(conn: &mut Conn<'_>, endpoint_id: &WebhookEndpointId) -> StoreResult<()> {
-    let mark = if conn.engine() == Engine::Postgres {
-        "UPDATE webhook_endpoints SET paused_after =
-             COALESCE(paused_after, (SELECT COALESCE(MAX(id), 0) FROM webhook_events))
-         WHERE id = $1"
-    } else {
+    execute!(
+        conn,
         "UPDATE webhook_endpoints SET paused_after =
              COALESCE(paused_after, (SELECT last_event_id FROM webhook_fan_out WHERE id = 1))
-         WHERE id = $1"
-    };
-    execute!(conn, mark, endpoint_id)?;
+         WHERE id = $1",
+        endpoint_id
+    )?;
     Ok(())
 }
 
@@ -217,11 +200,15 @@ impl Store {
     /// Settles the endpoints disabled since ([`mark_unsettled`] says why), a group of at most
     /// `range` event ids each at a time: every event in it that the endpoint wants and has no
     /// message for becomes a failed message, and its mark moves past the group; at the last
-    /// event, its pending messages fail and the mark is cleared. On PostgreSQL it holds the
-    /// fan-out lock, so no transaction writing an event is in flight (then every event up to the
-    /// last is committed), and waits for no row lock for long: event writers wait behind it.
-    /// How many endpoints it settled and how many are left (a call each group), or `None` if the
-    /// lock was not free ([`Lock::Try`]). Nothing to do (the usual case) takes no lock.
+    /// event, its pending messages fail and the mark is cleared. The last event is where the
+    /// fan-out has come (PostgreSQL: its cursor's row locked, so that no fan-out runs meanwhile;
+    /// every event up to it is committed), or on SQLite the last written (one writer: every
+    /// event is committed). On PostgreSQL an endpoint is settled only once the fan-out has
+    /// passed every event id issued by a moment after it was disabled: those of transactions in
+    /// flight as it was disabled included. Until then its
+    /// mark waits at the cursor. How many endpoints it settled and how many are left (a call each group),
+    /// or `None` if the cursor was held ([`Lock::Try`]). Nothing to do (the usual case) takes no
+    /// lock.
     ///
     /// Only the events that occurred by the time it was disabled (its `updated_at`, and a second
     /// of grace for other daemons' clocks) become messages: those that occurred while it was
@@ -235,9 +222,8 @@ impl Store {
     ) -> StoreResult<Option<(usize, usize)>> {
         const UNSETTLED: &str = "SELECT id, paused_after FROM webhook_endpoints
                                  WHERE status <> 'enabled' AND paused_after IS NOT NULL";
-        // An endpoint whose row another transaction holds (a writer's batch changing it, which
-        // may then write an event and wait for the fan-out lock held here) is left for the next
-        // look.
+        // An endpoint whose row another transaction holds (a writer's batch changing it) is left
+        // for the next look.
         const UNSETTLED_LOCKED: &str = "SELECT id, paused_after FROM webhook_endpoints
                                         WHERE status <> 'enabled' AND paused_after IS NOT NULL
                                         FOR UPDATE SKIP LOCKED";
@@ -249,9 +235,16 @@ impl Store {
             return Ok(Some((0, 0)));
         }
         let range = range.max(1);
+        // PostgreSQL: once the cursor has passed `issued`, every transaction in flight as the
+        // endpoints were disabled that had taken an event id has ended.
+        let issued = match self.engine() {
+            Engine::Postgres => self.events_issued().await?,
+            Engine::Sqlite => 0,
+        };
         self.write_apart(move |conn| {
             Box::pin(async move {
-                let (last, unsettled) = if conn.engine() == Engine::Postgres {
+                let postgres = conn.engine() == Engine::Postgres;
+                let (last, unsettled) = if postgres {
                     let Some(last) = fanned_out(conn, lock).await? else { return Ok(None) };
                     execute!(conn, ROW_LOCK_TIMEOUT)?;
                     (last, fetch!(conn, fetch_all, (WebhookEndpointId, i64), UNSETTLED_LOCKED)?)
@@ -266,7 +259,10 @@ impl Store {
                     let to = last.min(after.saturating_add(range));
                     let sql = owed_messages(conn.engine(), false);
                     let _: Vec<i64> = scalar!(conn, fetch_all, i64, sql, id, *after, to, i64::MAX, now)?;
-                    if to < last {
+                    // PostgreSQL: until the fan-out has passed every event id issued once the
+                    // disabling had committed, the mark waits at the cursor.
+                    let waits = to < last || last < issued;
+                    if waits {
                         execute!(
                             conn,
                             "UPDATE webhook_endpoints SET paused_after = $2 WHERE id = $1",

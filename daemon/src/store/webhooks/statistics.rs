@@ -9,7 +9,7 @@ impl Store {
     /// this daemon, another, or autovacuum); whether it did (never on SQLite). The planner knows
     /// only the endpoints that had messages at the last `ANALYZE` and takes any other for one
     /// with a single message; and the plans a connection cached while the table was small (the
-    /// PostgreSQL fan-out trigger's, planned once per connection) stay until the statistics
+    /// fan-out function's, planned once per connection) stay until the statistics
     /// change. A burst fills `webhook_messages` in seconds,
     /// faster than autovacuum looks (once a minute, if it runs at all), and until then a new
     /// endpoint's burst was planned as one message: the probes for a subject's pending messages
