@@ -36,9 +36,11 @@ $$;
 -- The last event id the sequence has issued (0 before the first): every id a writer takes later
 -- is above it. Read from the sequence itself, which is not transactional: what is issued is
 -- seen at once, committed or not. (The sequence must not cache ids, which `CACHE 1`, the
--- default, does not.)
+-- default, does not.) `pg_sequence_last_value`, not a `SELECT` from the sequence: in each event
+-- statement's trigger the `SELECT` cost a fifth of a one-row insert's throughput (`pgbench`,
+-- docs/PERFORMANCE.md, eighteenth session); the function costs about nothing.
 CREATE FUNCTION herald_webhook_events_issued() RETURNS BIGINT LANGUAGE sql VOLATILE AS $$
-    SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM webhook_events_id_seq
+    SELECT COALESCE(pg_sequence_last_value('webhook_events_id_seq'::regclass), 0)
 $$;
 
 -- Every statement that writes events, before its rows get their ids: the lock keyed on the
