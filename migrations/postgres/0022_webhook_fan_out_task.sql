@@ -38,7 +38,9 @@ $$;
 -- seen at once, committed or not. (The sequence must not cache ids, which `CACHE 1`, the
 -- default, does not.) `pg_sequence_last_value`, not a `SELECT` from the sequence: in each event
 -- statement's trigger the `SELECT` cost a fifth of a one-row insert's throughput (`pgbench`,
--- docs/PERFORMANCE.md, eighteenth session); the function costs about nothing.
+-- docs/PERFORMANCE.md, eighteenth session); the function costs about nothing. Also the
+-- settling's barrier: once the fan-out's cursor has passed what this returned after an endpoint
+-- was disabled, every transaction that had taken one of those ids has ended.
 CREATE FUNCTION herald_webhook_events_issued() RETURNS BIGINT LANGUAGE sql VOLATILE AS $$
     SELECT COALESCE(pg_sequence_last_value('webhook_events_id_seq'::regclass), 0)
 $$;
@@ -59,9 +61,7 @@ $$;
 -- of a writer in flight. A writer whose lock the second read does not see has either ended
 -- (its locks go after its commit is visible) or will take its ids after that read, above the
 -- first; one whose lock it sees takes ids above its key. So every event up to the result is
--- committed (or gone) for any statement that starts after this one. Also the settling's
--- barrier: once the cursor has passed what this returned after an endpoint was disabled, every
--- transaction that held one of those ids has ended.
+-- committed (or gone) for any statement that starts after this one.
 CREATE FUNCTION herald_webhook_events_committed() RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     issued BIGINT;
