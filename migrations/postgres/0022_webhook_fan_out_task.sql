@@ -56,6 +56,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
+-- 0021's one lock, which every writer took shared and a pause exclusively: nothing takes it now.
+DROP FUNCTION herald_webhook_fan_out_lock();
 
 -- How far the fan-out may go now: the last id issued, read first, or, below it, the lowest key
 -- of a writer in flight. A writer whose lock the second read does not see has either ended
