@@ -15,8 +15,11 @@
 //!    deliveries (read once they all arrived).
 //!    The table runs last (steps 2-4 keep the fresh database of earlier sessions), on the
 //!    database steps 2-4 grew, topped up to `--warm-up` dispatches (100,000 by default) if they
-//!    grew it less (with `--dispatch-only`, all of them); and the order of the three cases
-//!    alternates between rounds (none first, then none last). A dispatch writes an
+//!    grew it less (with `--dispatch-only`, all of them). Each round is bracketed by two rows
+//!    with no endpoint, the other two cases between them in an order that alternates; each case
+//!    is compared with the mean of its round's two none rows (the rows slow as the database
+//!    grows, 18 % over 15 rows on SQLite, and a row of 10,000 varies ±10 % on its own), and how
+//!    far those two lie from their mean is none's own noise. A dispatch writes an
 //!    inbox entry under its user, and while the inbox indexes are small a commit's entries share
 //!    pages, so each row on a younger database wrote fewer pages per dispatch than the next
 //!    (a WAL read in the seventh session: 12 pages a commit of each inbox index in the first
@@ -257,14 +260,28 @@ fn print_slow_spells(timeline: &[(i64, i64)]) {
     }
 }
 
+/// The case (0 none, 1 delivering, 2 down) of row `row` of the saturated table: each round is
+/// bracketed by two rows with no endpoint, the other two cases between them in an order that
+/// alternates (0 1 2 0, then 0 2 1 0). Each case is compared with the mean of its round's two
+/// none rows, which takes out the drift of a database that grows by each row (none's rows fell
+/// 18 % over a run of 15 rows on SQLite), and the two none rows' own difference is the noise it
+/// is compared with.
+fn bracketed_case(row: usize) -> usize {
+    match (row % 4, (row / 4).is_multiple_of(2)) {
+        (0 | 3, _) => 0,
+        (1, true) | (2, false) => 1,
+        _ => 2,
+    }
+}
+
 /// The case (0 none, 1 delivering, 2 down) of row `row`: the rounds run the three in turn, in
 /// an order that alternates (0 1 2, then 2 1 0), so that none goes first as often as last.
 fn case(row: usize) -> usize {
     if (row / 3).is_multiple_of(2) { row % 3 } else { 2 - row % 3 }
 }
 
-/// The dispatch-cost rows' three cases, by `round` in turn: no endpoint, one that takes every
-/// event (the receiver's `name`), one that is down (`dead-name`). Subscribes the round's endpoint:
+/// The dispatch-cost rows' three cases (`case`): no endpoint, one that takes every event (the
+/// receiver's `name`), one that is down (`dead-name`). Subscribes the case's endpoint:
 /// the row's label, and the endpoint's id and receiver name. The one that is down has been down
 /// a while when the row starts, as a dead endpoint is: it is sent a few events first, and the
 /// row waits until it failed five (the dispatcher then probes it, and pauses it in the store),
@@ -272,18 +289,18 @@ fn case(row: usize) -> usize {
 /// a saturated writer holds the deliveries back.)
 async fn subscribe(
     table: &Table<'_>,
-    round: usize,
+    case: usize,
     name: &str,
 ) -> anyhow::Result<(&'static str, Option<(String, String)>)> {
     let Table { api, receiver, hook, .. } = *table;
-    let (label, name) = match case(round) {
+    let (label, name) = match case {
         0 => ("none", None),
         1 => ("one, delivering meanwhile", Some(name.to_owned())),
         _ => ("one, down (503)", Some(format!("dead-{name}"))),
     };
     let Some(name) = name else { return Ok((label, None)) };
     let id = api.add_endpoint(&hook(&name)).await?;
-    if case(round) == 2 {
+    if case == 2 {
         load::run(&api.url, Some(&api.key), 20, 4, in_app(), nothing()).await;
         anyhow::ensure!(receiver.wait_for(&name, 5, Duration::from_secs(30)).await, "{name} was never tried");
         tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -309,7 +326,7 @@ async fn steady_dispatch(table: &Table<'_>) -> anyhow::Result<()> {
     let total = o.rate * o.seconds as usize;
     let mut p99s: [Vec<f64>; 3] = Default::default();
     for round in 0..3 * o.rounds.max(1) {
-        let (label, endpoint) = subscribe(table, round, "steady").await?;
+        let (label, endpoint) = subscribe(table, case(round), "steady").await?;
         let before = costs::sample(&api.http, &api.url, pid).await?;
         let paced =
             load::paced(&api.url, &api.key, "/api/v1/notifications", o.rate, total, in_app_body, |_| {})
@@ -369,6 +386,38 @@ fn against_none(m: [f64; 3], unit: &str, decimals: usize) -> String {
     )
 }
 
+/// Each case against the mean of its round's two none rows, per round and the median over the
+/// rounds, and none's own noise: how far a round's two none rows are from their mean.
+fn bracketed(engine: &str, rounds: &[[Vec<f64>; 3]]) -> String {
+    let percent = |x: f64, mean: f64| (x / mean.max(f64::MIN_POSITIVE) - 1.0) * 100.0;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+    };
+    let list = |v: &[f64]| v.iter().map(|x| format!("{x:+.0}")).collect::<Vec<_>>().join(", ");
+    let mut against: [Vec<f64>; 3] = Default::default();
+    for round in rounds {
+        let [none, delivering, down] = round;
+        let mean = none.iter().sum::<f64>() / none.len().max(1) as f64;
+        if let [first, _] = none[..] {
+            against[0].push(percent(first, mean).abs());
+        }
+        for (case, rates) in [(1, delivering), (2, down)] {
+            against[case].extend(rates.iter().map(|&rate| percent(rate, mean)));
+        }
+    }
+    format!(
+        "{engine}: against the mean of each round's two none rows, medians of {} rounds: one delivering {:+.0} % ({} %), one down {:+.0} % ({} %); none's two rows lie ±{:.0} % from their mean (median; {} %)",
+        rounds.len(),
+        median(against[1].clone()),
+        list(&against[1]),
+        median(against[2].clone()),
+        list(&against[2]),
+        median(against[0].clone()),
+        against[0].iter().map(|x| format!("±{x:.0}")).collect::<Vec<_>>().join(", ")
+    )
+}
+
 /// What the dispatch-cost table's rows run against.
 #[derive(Clone, Copy)]
 struct Table<'a> {
@@ -394,22 +443,31 @@ async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut rates: [Vec<f64>; 3] = Default::default();
     let mut cpu: [Vec<f64>; 3] = Default::default();
-    for round in 0..3 * o.rounds.max(1) {
-        let (label, endpoint) = subscribe(table, round, "dispatch").await?;
+    // Each round's rates by case (none's two in order), for the bracketed comparison.
+    let mut rounds: Vec<[Vec<f64>; 3]> = Vec::new();
+    for row in 0..4 * o.rounds.max(1) {
+        let case = bracketed_case(row);
+        if row % 4 == 0 {
+            rounds.push(Default::default());
+        }
+        let (label, endpoint) = subscribe(table, case, "dispatch").await?;
         let before = costs::sample(&api.http, &api.url, pid).await?;
         let report = load::run(&api.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
         // How many of the deliveries shared the dispatches' time (the rest came after).
         let meanwhile = match &endpoint {
-            Some((_, name)) if case(round) == 1 => format!("{}", receiver.count(name)),
+            Some((_, name)) if case == 1 => format!("{}", receiver.count(name)),
             _ => "–".to_owned(),
         };
-        if case(round) == 1 {
+        if case == 1 {
             // The CPU of the deliveries too: what a dispatch costs in all.
             receiver.wait_for("dispatch", report.ok, Duration::from_secs(120)).await;
         }
         let cost = before.until(&costs::sample(&api.http, &api.url, pid).await?, report.ok);
-        rates[case(round)].push(report.per_second());
-        cpu[case(round)].push(cost.daemon_cpu_ms_per_unit * 1000.0);
+        rates[case].push(report.per_second());
+        cpu[case].push(cost.daemon_cpu_ms_per_unit * 1000.0);
+        if let Some(round) = rounds.last_mut() {
+            round[case].push(report.per_second());
+        }
         println!(
             "| {label} | {:.0} | {:.2} | {:.2} | {} | {meanwhile} | {:.0} | {:.1} | {:.0} | {:.0} |",
             report.per_second(),
@@ -426,6 +484,7 @@ async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
             receiver.take(&name);
         }
     }
+    println!("\n{}", bracketed(engine, &rounds));
     println!("\n{engine}: medians of {} rounds: {}", o.rounds.max(1), against_none(medians(rates), "/s", 0));
     let cpu = medians(cpu);
     println!(
@@ -652,6 +711,23 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn saturated_rounds_are_bracketed_by_none_and_alternate_the_cases_between() {
+        let rows: Vec<usize> = (0..8).map(bracketed_case).collect();
+        assert_eq!(rows, [0, 1, 2, 0, 0, 2, 1, 0]);
+    }
+
+    #[test]
+    fn each_case_is_compared_with_its_rounds_none_rows() {
+        // Drift: the second round is slower by a tenth, none's rows 1 % either side of its mean.
+        let rounds =
+            [[vec![101.0, 99.0], vec![95.0], vec![100.0]], [vec![90.9, 89.1], vec![85.5], vec![90.0]]];
+        let line = bracketed("SQLite", &rounds);
+        assert!(line.contains("one delivering -5 % (-5, -5 %)"), "{line}");
+        assert!(line.contains("one down +0 % (+0, +0 %)"), "{line}");
+        assert!(line.contains("±1 % from their mean"), "{line}");
+    }
 
     #[test]
     fn rounds_alternate_the_order_of_the_cases() {

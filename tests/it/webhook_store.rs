@@ -492,6 +492,48 @@ async fn a_failed_fan_out_leaves_its_events_to_the_fan_out_task() {
     store.close().await;
 }
 
+/// SQLite: a transaction catches up, before its commit, the events a fan-out left behind only while
+/// they are few (a short stall at a steady load). Once more than 64 wait (a saturated writer left
+/// a burst's events to the fan-out task), a short transaction within the burst leaves them, and
+/// its own, to the task: its commit would otherwise make the messages of the whole burst so far.
+#[tokio::test]
+async fn a_short_transaction_catches_up_a_few_events_left_behind_not_a_bursts() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::Sqlite;
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    add_endpoint(&store, &tenant, None).await;
+    let messages = || backend.count(&url, "SELECT COUNT(*) FROM webhook_messages");
+    let refuse = "CREATE TRIGGER refuse_messages BEFORE INSERT ON webhook_messages
+                  BEGIN SELECT RAISE(ABORT, 'refused by the test'); END";
+    let mut next = 0;
+    let mut add = async |n: i64| {
+        for _ in 0..n {
+            store.add_suppression(suppression(&tenant, next)).await.unwrap();
+            next += 1;
+        }
+    };
+    // A few left behind: the next transaction makes their messages with its own.
+    backend.execute(&url, &[refuse.to_owned()]).await;
+    add(10).await;
+    backend.execute(&url, &["DROP TRIGGER refuse_messages".to_owned()]).await;
+    assert_eq!(messages().await, 0);
+    add(1).await;
+    assert_eq!(messages().await, 11, "caught up before the commit");
+    assert_eq!(fan_out(&store).await, 0, "nothing left to the task");
+    // A burst's worth left behind: the next transaction leaves them, and its own event.
+    backend.execute(&url, &[refuse.to_owned()]).await;
+    add(70).await;
+    backend.execute(&url, &["DROP TRIGGER refuse_messages".to_owned()]).await;
+    add(1).await;
+    assert_eq!(messages().await, 11, "left to the fan-out task");
+    assert_eq!(fan_out(&store).await, 71, "the task makes them, in one group");
+    assert_eq!(messages().await, 82);
+    // The cursor has caught up: a transaction fans out its own events again.
+    add(1).await;
+    assert_eq!(messages().await, 83);
+    store.close().await;
+}
+
 /// A notification's event keeps only what can change after it (migration 0019: `{}` for a new
 /// notification, the failure fields once there are some); the claim completes it from the
 /// notification, with the event type's status. An event written whole before that migration is

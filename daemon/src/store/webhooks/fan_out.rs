@@ -16,6 +16,8 @@
 //! for a few dozen messages (23 more WAL pages on 119 for a commit of 28 in-app dispatches, a
 //! fifth more written). Those events are left to the fan-out task, which takes them in groups,
 //! where the same pages are written once for the group (7 more on 119), once the burst is over.
+//! Nor does a short transaction within the burst catch them up: one finds more than
+//! [`CATCH_UP_IN_COMMIT`] events after the cursor and leaves them too.
 //!
 //! **PostgreSQL** fans out in the task only, one daemon at a time. Event ids are not in commit
 //! order there: the task goes only as far as no event writer in flight can still add to
@@ -85,21 +87,43 @@ pub(crate) fn defers(works: usize) -> bool {
     works >= DEFER_FROM
 }
 
-/// Fans out every event after the cursor (those of the transaction open on `conn`, and any a
-/// failed fan-out left), in a savepoint of that transaction; whether it did. On failure the
-/// savepoint is undone and the transaction is as it was: the fan-out task makes the messages.
+/// The most events a transaction fans out before its commit: those after the cursor, its own and
+/// any that saturated transactions before it left ([`defers`]). More than that, and the writer
+/// is in a burst that left its events to the fan-out task: a transaction of a few works within
+/// it (the queue runs short between two large batches) would otherwise make the messages of
+/// every event the burst had left so far, and the deliveries of a burst's events shared the
+/// writer and the two cores with its dispatches (an in-app dispatch lost 11–15 % to them on
+/// SQLite with one endpoint delivering, docs/PERFORMANCE.md); the task makes them once it is over.
+/// After a short stall at a steady load (a few dozen events in one large batch), the next
+/// transaction still fans them out at once.
+const CATCH_UP_IN_COMMIT: i64 = 64;
+
+/// Fans out the events after the cursor (those of the transaction open on `conn`, and any a
+/// failed or deferred fan-out left), in a savepoint of that transaction, unless they are more
+/// than [`CATCH_UP_IN_COMMIT`]: whether it did (then the fan-out task need not be woken). On
+/// failure the savepoint is undone and the transaction is as it was: the fan-out task makes the
+/// messages.
 pub(crate) fn fan_out_before_commit(conn: &rusqlite::Connection) -> bool {
     use crate::store::local;
     let fanned = local::execute_batch(conn, "SAVEPOINT fan_out").and_then(|()| {
-        let last: Option<i64> = local::scalar::fetch_one(conn, "SELECT MAX(id) FROM webhook_events", &[])?;
-        if let Some(last) = last {
-            local::execute(conn, FAN_OUT, &[&last])?;
-            local::execute(conn, ADVANCE, &[&last])?;
-        }
-        local::execute_batch(conn, "RELEASE fan_out")
+        let (cursor, last): (i64, Option<i64>) = local::fetch_one(
+            conn,
+            "SELECT (SELECT last_event_id FROM webhook_fan_out WHERE id = 1), MAX(id) FROM webhook_events",
+            &[],
+        )?;
+        let fanned = match last {
+            Some(last) if last - cursor > CATCH_UP_IN_COMMIT => false,
+            Some(last) => {
+                local::execute(conn, FAN_OUT, &[&last])?;
+                local::execute(conn, ADVANCE, &[&last])?;
+                true
+            }
+            None => true,
+        };
+        local::execute_batch(conn, "RELEASE fan_out").map(|()| fanned)
     });
     match fanned {
-        Ok(()) => true,
+        Ok(fanned) => fanned,
         Err(e) => {
             tracing::warn!(error = %e, "cannot fan webhook events out in their transaction; the fan-out task will");
             let _ = local::execute_batch(conn, "ROLLBACK TO fan_out; RELEASE fan_out");
