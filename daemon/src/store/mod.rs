@@ -430,8 +430,9 @@ impl Store {
         // The outbox's triggers insert webhook events inside the writer's transactions, and the
         // fan-out their messages: the update hook notes each. A transaction that wrote events
         // fans them out just before its commit, unless the writer is saturated (see
-        // `fan_out::defers`) or was until lately (`fan_out::CATCH_UP_IN_COMMIT`); the dispatcher (and, for events left to it, the fan-out task) is
-        // woken once the batch has committed, when its reads can see them.
+        // `fan_out::defers`) or was until lately (`fan_out::CATCH_UP_IN_COMMIT`); the
+        // dispatcher (and, for events left to it, the fan-out task) is woken once the batch has
+        // committed, when its reads can see them.
         let webhook_wake = Arc::new(tokio::sync::Notify::new());
         let webhook_event_wake = Arc::new(tokio::sync::Notify::new());
         let inserted = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
