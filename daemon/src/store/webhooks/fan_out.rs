@@ -105,31 +105,35 @@ const CATCH_UP_IN_COMMIT: i64 = 64;
 /// messages.
 pub(crate) fn fan_out_before_commit(conn: &rusqlite::Connection) -> bool {
     use crate::store::local;
-    let fanned = local::execute_batch(conn, "SAVEPOINT fan_out").and_then(|()| {
-        let (cursor, last): (i64, Option<i64>) = local::fetch_one(
-            conn,
-            "SELECT (SELECT last_event_id FROM webhook_fan_out WHERE id = 1), MAX(id) FROM webhook_events",
-            &[],
-        )?;
-        let fanned = match last {
-            Some(last) if last - cursor > CATCH_UP_IN_COMMIT => false,
-            Some(last) => {
-                local::execute(conn, FAN_OUT, &[&last])?;
-                local::execute(conn, ADVANCE, &[&last])?;
-                true
-            }
-            None => true,
-        };
-        local::execute_batch(conn, "RELEASE fan_out").map(|()| fanned)
-    });
+    let waiting: StoreResult<(i64, Option<i64>)> = local::fetch_one(
+        conn,
+        "SELECT (SELECT last_event_id FROM webhook_fan_out WHERE id = 1), MAX(id) FROM webhook_events",
+        &[],
+    );
+    // A read needs no savepoint: only a fan-out that runs is undone on failure.
+    let last = match waiting {
+        Ok((_, None)) => return true,
+        Ok((cursor, Some(last))) if last - cursor > CATCH_UP_IN_COMMIT => return false,
+        Ok((_, Some(last))) => last,
+        Err(e) => return left_to_the_task(&e),
+    };
+    let fanned = local::execute_batch(conn, "SAVEPOINT fan_out")
+        .and_then(|()| local::execute(conn, FAN_OUT, &[&last]))
+        .and_then(|_| local::execute(conn, ADVANCE, &[&last]))
+        .and_then(|_| local::execute_batch(conn, "RELEASE fan_out"));
     match fanned {
-        Ok(fanned) => fanned,
+        Ok(()) => true,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot fan webhook events out in their transaction; the fan-out task will");
             let _ = local::execute_batch(conn, "ROLLBACK TO fan_out; RELEASE fan_out");
-            false
+            left_to_the_task(&e)
         }
     }
+}
+
+/// Logs a fan-out that failed in the change's transaction: the fan-out task makes its messages.
+fn left_to_the_task(error: &crate::store::StoreError) -> bool {
+    tracing::warn!(error = %error, "cannot fan webhook events out in their transaction; the fan-out task will");
+    false
 }
 
 impl Store {
