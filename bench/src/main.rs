@@ -140,6 +140,8 @@ enum Command {
         /// Events a second for the latency.
         #[arg(long, default_value_t = 1_000)]
         rate: usize,
+        /// How long each latency step (and each steady row of the dispatch-cost table) runs;
+        /// with `--dispatch-only`, 0 leaves the steady rows out.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
         /// The dead endpoint's backlog.
@@ -157,9 +159,18 @@ enum Command {
         /// bench/src/webhooks.rs).
         #[arg(long, default_value_t = 100_000)]
         warm_up: usize,
-        /// Only the dispatch-cost table.
+        /// Only the dispatch-cost table (and, unless `--seconds 0`, its steady part).
         #[arg(long)]
         dispatch_only: bool,
+        /// PostgreSQL: SQL run in the bench's schema once the daemon has migrated it, before
+        /// anything is measured: a variant of the migrations' functions or triggers, to take
+        /// a cost apart (bench/sql/webhooks/ holds those of docs/PERFORMANCE.md).
+        #[arg(long)]
+        postgres_sql: Option<PathBuf>,
+        /// The dispatch-cost table's down case as a control: its endpoint is subscribed and
+        /// tripped as before, then removed before the row, which runs with no endpoint.
+        #[arg(long)]
+        down_control: bool,
         #[arg(long, default_value = "target/release/heraldd")]
         daemon: PathBuf,
     },
@@ -495,6 +506,8 @@ async fn run() -> anyhow::Result<()> {
             rounds,
             warm_up,
             dispatch_only,
+            postgres_sql,
+            down_control,
             daemon,
         } => {
             webhooks::run(webhooks::Options {
@@ -508,6 +521,8 @@ async fn run() -> anyhow::Result<()> {
                 rounds,
                 warm_up,
                 dispatch_only,
+                postgres_sql,
+                down_control,
                 daemon,
             })
             .await

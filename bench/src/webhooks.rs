@@ -89,6 +89,8 @@ pub struct Options {
     pub rounds: usize,
     pub warm_up: usize,
     pub dispatch_only: bool,
+    pub postgres_sql: Option<PathBuf>,
+    pub down_control: bool,
     pub daemon: PathBuf,
 }
 
@@ -427,6 +429,25 @@ async fn deliveries(
     Ok(())
 }
 
+/// `--postgres-sql`: runs the file's statements in the bench's schema (the daemon has migrated
+/// it: it answers).
+async fn apply_postgres_sql(
+    backend: Backend,
+    database_url: &str,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    use sqlx::Connection as _;
+    anyhow::ensure!(backend == Backend::Postgres, "--postgres-sql needs --backend postgres");
+    let sql = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut conn = sqlx::PgConnection::connect(database_url).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(&mut conn)
+        .await
+        .with_context(|| format!("running {}", path.display()))?;
+    conn.close().await?;
+    Ok(())
+}
+
 pub async fn run(o: Options) -> anyhow::Result<()> {
     let mut dir = tempfile::tempdir()?;
     // To look at the database afterwards (`sqlite3 DIR/…`): its directory is kept and named.
@@ -444,6 +465,10 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     let api = Api { url: d.url.clone(), key: d.boot.api_key.clone(), http: reqwest::Client::new() };
     let nothing = nothing();
     let engine = engine_name(backend);
+    if let Some(path) = &o.postgres_sql {
+        apply_postgres_sql(backend, &database_url, path).await?;
+        println!("\n{engine}: {} applied in the bench's schema", path.display());
+    }
     let hook = |name: &str| format!("{}/hook/{name}", receiver.base);
 
     // Warm up.

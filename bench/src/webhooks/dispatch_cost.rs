@@ -38,10 +38,13 @@ async fn subscribe(
     case: usize,
     name: &str,
 ) -> anyhow::Result<(&'static str, Option<(String, String)>)> {
-    let Table { api, receiver, hook, .. } = *table;
+    let Table { api, receiver, hook, o, .. } = *table;
     let (label, name) = match case {
         0 => ("none", None),
         1 => ("one, delivering meanwhile", Some(name.to_owned())),
+        _ if o.down_control => {
+            ("none, after one tripped and removed (control)", Some(format!("dead-{name}")))
+        }
         _ => ("one, down (503)", Some(format!("dead-{name}"))),
     };
     let Some(name) = name else { return Ok((label, None)) };
@@ -50,6 +53,13 @@ async fn subscribe(
         load::run(&api.url, Some(&api.key), 20, 4, in_app(), nothing()).await;
         anyhow::ensure!(receiver.wait_for(&name, 5, Duration::from_secs(30)).await, "{name} was never tried");
         tokio::time::sleep(Duration::from_millis(1_500)).await;
+        if o.down_control {
+            // The row then runs with no endpoint, in the down case's place and after its
+            // preparation: what those cost, apart from the endpoint.
+            api.remove_endpoint(&id).await?;
+            receiver.take(&name);
+            return Ok((label, None));
+        }
     }
     Ok((label, Some((id, name))))
 }
@@ -241,6 +251,9 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
         cpu[2],
         (cpu[2] / cpu[0].max(1.0) - 1.0) * 100.0
     );
+    if o.seconds == 0 {
+        return Ok(());
+    }
     steady_dispatch(table).await
 }
 
