@@ -240,6 +240,9 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
             receiver.take(&name);
         }
     }
+    if o.down_control {
+        println!("\n{engine}: --down-control: \"one down\" below is the down slot run with no endpoint");
+    }
     println!("\n{}", bracketed(engine, &rounds));
     println!("\n{engine}: medians of {} rounds: {}", o.rounds.max(1), against_none(medians(rates), "/s", 0));
     let cpu = medians(cpu);
