@@ -492,7 +492,9 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
             warmed.elapsed().as_secs_f64()
         );
     }
-    dispatch_costs(&Table { api: &api, receiver: &receiver, o: &o, engine, hook: &hook, pid }).await?;
+    let postgres = (backend == Backend::Postgres).then_some(database_url.as_str());
+    dispatch_costs(&Table { api: &api, receiver: &receiver, o: &o, engine, hook: &hook, pid, postgres })
+        .await?;
     let mut child = d.child;
     let _ = child.kill().await;
     Ok(())

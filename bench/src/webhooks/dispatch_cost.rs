@@ -183,22 +183,40 @@ pub(super) struct Table<'a> {
     pub(super) engine: &'a str,
     pub(super) hook: &'a dyn Fn(&str) -> String,
     pub(super) pid: Option<u32>,
+    /// PostgreSQL's URL (the bench's database), to read how much WAL each row wrote.
+    pub(super) postgres: Option<&'a str>,
+}
+
+/// Where PostgreSQL's WAL ends now, in bytes (`None` on SQLite). The WAL a row wrote, per
+/// dispatch, is the work its transactions gave the server, counted exactly: the rows' rates move
+/// ±5 % between runs of one build on this machine, and this does not (docs/PERFORMANCE.md,
+/// twenty-first session).
+async fn wal_position(postgres: Option<&str>) -> anyhow::Result<Option<i64>> {
+    use sqlx::Connection as _;
+    let Some(url) = postgres else { return Ok(None) };
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let (at,): (i64,) = sqlx::query_as("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint")
+        .fetch_one(&mut conn)
+        .await?;
+    conn.close().await?;
+    Ok(Some(at))
 }
 
 /// 1. The dispatch-cost table, saturated, then at a steady rate (1b).
 pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
-    let Table { api, receiver, o, engine, pid, .. } = *table;
+    let Table { api, receiver, o, engine, pid, postgres, .. } = *table;
     let nothing = nothing();
     // 1. In-app dispatch with no endpoint, with one subscribed that takes every event as it
     //    comes, and with one subscribed that is down (the outbox's writes without the sends),
     //    in turn.
     println!("\n{engine}: in-app dispatch, {} requests per row, concurrency 64\n", o.requests);
     println!(
-        "| endpoint subscribed | accepted/s | p50 ms | p99 ms | errors | delivered while dispatching | writer commits per 1,000 | KiB written per dispatch | daemon CPU ms per 1,000 | PostgreSQL CPU ms per 1,000 |"
+        "| endpoint subscribed | accepted/s | p50 ms | p99 ms | errors | delivered while dispatching | writer commits per 1,000 | KiB written per dispatch | daemon CPU ms per 1,000 | PostgreSQL CPU ms per 1,000 | PostgreSQL WAL KiB per dispatch |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut rates: [Vec<f64>; 3] = Default::default();
     let mut cpu: [Vec<f64>; 3] = Default::default();
+    let mut wal: [Vec<f64>; 3] = Default::default();
     // Each round's rates by case (none's two in order), for the bracketed comparison.
     let mut rounds: Vec<[Vec<f64>; 3]> = Vec::new();
     for row in 0..4 * o.rounds.max(1) {
@@ -208,6 +226,7 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
         }
         let (label, endpoint) = subscribe(table, case, "dispatch").await?;
         let before = costs::sample(&api.http, &api.url, pid).await?;
+        let wal_before = wal_position(postgres).await?;
         let report = load::run(&api.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
         // How many of the deliveries shared the dispatches' time (the rest came after).
         let meanwhile = match &endpoint {
@@ -219,13 +238,18 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
             receiver.wait_for("dispatch", report.ok, Duration::from_secs(120)).await;
         }
         let cost = before.until(&costs::sample(&api.http, &api.url, pid).await?, report.ok);
+        let wal_kib = match (wal_before, wal_position(postgres).await?) {
+            (Some(a), Some(b)) => (b - a) as f64 / 1024.0 / report.ok.max(1) as f64,
+            _ => f64::NAN,
+        };
         rates[case].push(report.per_second());
         cpu[case].push(cost.daemon_cpu_ms_per_unit * 1000.0);
+        wal[case].push(wal_kib);
         if let Some(round) = rounds.last_mut() {
             round[case].push(report.per_second());
         }
         println!(
-            "| {label} | {:.0} | {:.2} | {:.2} | {} | {meanwhile} | {:.0} | {:.1} | {:.0} | {:.0} |",
+            "| {label} | {:.0} | {:.2} | {:.2} | {} | {meanwhile} | {:.0} | {:.1} | {:.0} | {:.0} | {wal_kib:.2} |",
             report.per_second(),
             report.percentile(50.0).as_secs_f64() * 1000.0,
             report.percentile(99.0).as_secs_f64() * 1000.0,
@@ -254,6 +278,12 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
         cpu[2],
         (cpu[2] / cpu[0].max(1.0) - 1.0) * 100.0
     );
+    if postgres.is_some() {
+        println!(
+            "{engine}: the server's WAL per dispatch (medians; the delivering row's includes its deliveries): {}",
+            against_none(medians(wal), " KiB", 2)
+        );
+    }
     if o.seconds == 0 {
         return Ok(());
     }
