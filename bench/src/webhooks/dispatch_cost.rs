@@ -245,11 +245,12 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
         rates[case].push(report.per_second());
         cpu[case].push(cost.daemon_cpu_ms_per_unit * 1000.0);
         wal[case].push(wal_kib);
+        let wal_cell = if postgres.is_some() { format!("{wal_kib:.2}") } else { "–".to_owned() };
         if let Some(round) = rounds.last_mut() {
             round[case].push(report.per_second());
         }
         println!(
-            "| {label} | {:.0} | {:.2} | {:.2} | {} | {meanwhile} | {:.0} | {:.1} | {:.0} | {:.0} | {wal_kib:.2} |",
+            "| {label} | {:.0} | {:.2} | {:.2} | {} | {meanwhile} | {:.0} | {:.1} | {:.0} | {:.0} | {wal_cell} |",
             report.per_second(),
             report.percentile(50.0).as_secs_f64() * 1000.0,
             report.percentile(99.0).as_secs_f64() * 1000.0,
