@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use herald_tests::Backend;
+
 use super::{Api, Options, Receiver, in_app, in_app_body, nothing};
 use crate::{costs, load};
 
@@ -191,15 +193,9 @@ pub(super) struct Table<'a> {
 /// dispatch, is the work its transactions gave the server, counted exactly: the rows' rates move
 /// ±5 % between runs of one build on this machine, and this does not (docs/PERFORMANCE.md,
 /// twenty-first session).
-async fn wal_position(postgres: Option<&str>) -> anyhow::Result<Option<i64>> {
-    use sqlx::Connection as _;
-    let Some(url) = postgres else { return Ok(None) };
-    let mut conn = sqlx::PgConnection::connect(url).await?;
-    let (at,): (i64,) = sqlx::query_as("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint")
-        .fetch_one(&mut conn)
-        .await?;
-    conn.close().await?;
-    Ok(Some(at))
+async fn wal_position(postgres: Option<&str>) -> Option<i64> {
+    let at = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint";
+    Some(Backend::Postgres.count(postgres?, at).await)
 }
 
 /// 1. The dispatch-cost table, saturated, then at a steady rate (1b).
@@ -226,7 +222,7 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
         }
         let (label, endpoint) = subscribe(table, case, "dispatch").await?;
         let before = costs::sample(&api.http, &api.url, pid).await?;
-        let wal_before = wal_position(postgres).await?;
+        let wal_before = wal_position(postgres).await;
         let report = load::run(&api.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
         // How many of the deliveries shared the dispatches' time (the rest came after).
         let meanwhile = match &endpoint {
@@ -238,7 +234,7 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
             receiver.wait_for("dispatch", report.ok, Duration::from_secs(120)).await;
         }
         let cost = before.until(&costs::sample(&api.http, &api.url, pid).await?, report.ok);
-        let wal_kib = match (wal_before, wal_position(postgres).await?) {
+        let wal_kib = match (wal_before, wal_position(postgres).await) {
             (Some(a), Some(b)) => (b - a) as f64 / 1024.0 / report.ok.max(1) as f64,
             _ => f64::NAN,
         };
