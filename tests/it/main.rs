@@ -27,6 +27,7 @@ mod terminal;
 mod tui;
 mod unavailable;
 mod unsubscribe;
+mod webhook_event_batches;
 mod webhook_events;
 mod webhook_lanes;
 mod webhook_ops;

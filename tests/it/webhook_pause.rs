@@ -24,22 +24,22 @@ use crate::{
 };
 
 /// Counts with `sql` in the store at `url`.
-async fn count(backend: Backend, url: &str, sql: &str) -> i64 {
+pub(crate) async fn count(backend: Backend, url: &str, sql: &str) -> i64 {
     backend.count(url, sql).await
 }
 
-async fn messages_of(backend: Backend, url: &str, endpoint: &WebhookEndpointId) -> i64 {
+pub(crate) async fn messages_of(backend: Backend, url: &str, endpoint: &WebhookEndpointId) -> i64 {
     count(backend, url, &format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{endpoint}'"))
         .await
 }
 
-async fn paused(store: &Store, endpoint: &WebhookEndpointId) -> bool {
+pub(crate) async fn paused(store: &Store, endpoint: &WebhookEndpointId) -> bool {
     let due = store.due_webhook_endpoints().await.unwrap();
     due.iter().find(|e| &e.id == endpoint).expect("an enabled endpoint").paused
 }
 
 /// Pauses `endpoint`, waiting for PostgreSQL's fan-out cursor; whether it was paused now.
-async fn pause(store: &Store, endpoint: &WebhookEndpointId) -> bool {
+pub(crate) async fn pause(store: &Store, endpoint: &WebhookEndpointId) -> bool {
     store
         .pause_webhook_endpoint(endpoint.clone(), 50, FanOutLock::Wait)
         .await
@@ -48,7 +48,7 @@ async fn pause(store: &Store, endpoint: &WebhookEndpointId) -> bool {
 }
 
 /// Enables or disables `endpoint` at `now`, as a `PATCH` does.
-async fn set_status(
+pub(crate) async fn set_status(
     store: &Store,
     tenant: &TenantId,
     endpoint: &WebhookEndpointId,
@@ -61,7 +61,7 @@ async fn set_status(
 
 /// How many events got more than one message to `endpoint` (each message has its own
 /// `webhook-id`, so a receiver would take them for two).
-async fn made_twice(backend: Backend, url: &str, endpoint: &WebhookEndpointId) -> i64 {
+pub(crate) async fn made_twice(backend: Backend, url: &str, endpoint: &WebhookEndpointId) -> i64 {
     let sql = format!(
         "SELECT COUNT(*) FROM (SELECT event_id FROM webhook_messages WHERE endpoint_id = '{endpoint}'
          GROUP BY event_id HAVING COUNT(*) > 1) twice"
@@ -70,14 +70,14 @@ async fn made_twice(backend: Backend, url: &str, endpoint: &WebhookEndpointId) -
 }
 
 /// Makes up to `limit` of `endpoint`'s owed messages: how many, and whether it is still paused.
-async fn catch_up(store: &Store, endpoint: &WebhookEndpointId, limit: i64) -> (usize, bool) {
+pub(crate) async fn catch_up(store: &Store, endpoint: &WebhookEndpointId, limit: i64) -> (usize, bool) {
     let done =
         store.catch_up_webhook_endpoint(endpoint.clone(), limit, 100, FanOutLock::Wait, true).await.unwrap();
     done.expect("waited for the lock")
 }
 
 /// A probe's catch-up of `endpoint` (it still fails): at most one message, never resumed.
-async fn probe(store: &Store, endpoint: &WebhookEndpointId) -> (usize, bool) {
+pub(crate) async fn probe(store: &Store, endpoint: &WebhookEndpointId) -> (usize, bool) {
     let done =
         store.catch_up_webhook_endpoint(endpoint.clone(), 1, 100, FanOutLock::Wait, false).await.unwrap();
     done.expect("waited for the lock")
@@ -85,7 +85,7 @@ async fn probe(store: &Store, endpoint: &WebhookEndpointId) -> (usize, bool) {
 
 /// Adds suppressions `from..to` (an event each) and lifts the first `lifted` of them (another
 /// event each, about the same subject), then fans their events out.
-async fn events(store: &Store, tenant: &TenantId, from: i64, to: i64, lifted: usize) {
+pub(crate) async fn events(store: &Store, tenant: &TenantId, from: i64, to: i64, lifted: usize) {
     let mut added = Vec::new();
     for i in from..to {
         added.push(store.add_suppression(suppression(tenant, i)).await.unwrap().0.id);
@@ -222,7 +222,7 @@ async fn commit(mut writer: sqlx::PgConnection) {
 }
 
 /// Settles the disabled endpoints, waiting for PostgreSQL's fan-out cursor: how many.
-async fn settle(store: &Store) -> usize {
+pub(crate) async fn settle(store: &Store) -> usize {
     settle_in(store, 10_000).await.0
 }
 

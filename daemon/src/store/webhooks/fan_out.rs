@@ -28,7 +28,10 @@
 //! 15–25 % with one endpoint subscribed (docs/PERFORMANCE.md): the task makes it in a
 //! transaction of its own, whose commit does not wait for the WAL to be flushed (lost in a
 //! crash, it is made again from the events: the cursor did not move either), and not while the
-//! writer is saturated.
+//! writer is saturated. A writer's statement of notifications writes its events as batches
+//! (migration 0023): the task first makes rows of those whose tenant has an endpoint it fans
+//! out to, and passes the others, which a paused endpoint's catch-up or a disabled one's
+//! settling makes rows of when it reads them (`pause.rs`).
 
 use crate::store::{Engine, Store, StoreResult, execute, fetch, scalar};
 
@@ -175,7 +178,7 @@ impl Store {
         scalar!(&mut conn.conn(), fetch_one, i64, "SELECT herald_webhook_events_issued()")
     }
 
-    /// PostgreSQL's fan-out is one statement, its own transaction: migration 0022's
+    /// PostgreSQL's fan-out is one statement, its own transaction: migration 0023's
     /// `herald_webhook_fan_out_events` says what it does.
     async fn fan_out_on_postgres(&self, limit: i64) -> StoreResult<Option<i64>> {
         let mut conn = self.read().await?;

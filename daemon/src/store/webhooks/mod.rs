@@ -348,6 +348,9 @@ impl Store {
     pub async fn delete_settled_webhook_messages(&self, before: i64, chunk: i64) -> StoreResult<u64> {
         let deleted = self.delete_in_chunks(DELETE_SETTLED_MESSAGES, before, chunk).await?;
         self.delete_in_chunks(DELETE_UNNEEDED_EVENTS, before, chunk).await?;
+        if self.engine() == Engine::Postgres {
+            self.delete_in_chunks(DELETE_UNNEEDED_BATCHES, before, chunk).await?;
+        }
         Ok(deleted)
     }
 
@@ -385,6 +388,17 @@ const DELETE_UNNEEDED_EVENTS: &str = "DELETE FROM webhook_events WHERE id IN (
            AND NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.event_id = v.id)
            AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.paused_after IS NOT NULL AND e.paused_after < v.id)
          ORDER BY v.id LIMIT $2)";
+
+/// PostgreSQL: up to `$2` batches of events (migration 0023) whose every event occurred before
+/// `$1`, that the fan-out has passed and no paused endpoint of their tenant is owed: those of
+/// tenants whose endpoints were all paused, or disabled and settled, when they were written.
+const DELETE_UNNEEDED_BATCHES: &str = "DELETE FROM webhook_event_batches WHERE last_id IN (
+         SELECT b.last_id FROM webhook_event_batches b
+         WHERE b.last_id <= (SELECT last_event_id FROM webhook_fan_out WHERE id = 1)
+           AND (SELECT MAX(o) FROM unnest(b.occurred_ats) o) < $1
+           AND NOT EXISTS (SELECT 1 FROM webhook_endpoints e
+                           WHERE e.tenant_id = b.tenant_id AND e.paused_after IS NOT NULL AND e.paused_after < b.last_id)
+         ORDER BY b.last_id LIMIT $2)";
 
 /// Tells the other daemons sharing PostgreSQL that messages came due (at commit).
 async fn notify_webhooks(conn: &mut Conn<'_>) -> StoreResult<()> {

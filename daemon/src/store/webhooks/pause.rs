@@ -55,6 +55,33 @@ async fn fanned_out(conn: &mut Conn<'_>, lock: Lock) -> StoreResult<Option<i64>>
         .map(Some)
 }
 
+/// PostgreSQL: turns into rows the batches of events (migration 0023) that hold an event of
+/// `endpoint`'s tenant after `after` up to `last`, oldest first, until at least `want` events
+/// are rows; returns how far every such event is a row (`last`, or short of the first batch
+/// left: the caller reads no further, and comes back for the rest). SQLite writes every event
+/// as a row: `last`.
+async fn owed_as_rows(
+    conn: &mut Conn<'_>,
+    endpoint: &WebhookEndpointId,
+    after: i64,
+    last: i64,
+    want: i64,
+) -> StoreResult<i64> {
+    if conn.engine() == Engine::Sqlite {
+        return Ok(last);
+    }
+    scalar!(
+        conn,
+        fetch_one,
+        i64,
+        "SELECT herald_webhook_expand_owed($1, $2, $3, $4)",
+        endpoint,
+        after,
+        last,
+        want
+    )
+}
+
 /// The messages of the endpoint `$1`'s events after `$2` up to `$3` that it wants (the fan-out's
 /// rule), at most `$4`, oldest first, written at `$5`, pending or failed; returns their events.
 /// A pending one waits behind an earlier pending message about the same subject, as the
@@ -163,9 +190,10 @@ impl Store {
                 };
                 let paused: Option<Option<i64>> = scalar!(conn, fetch_optional, Option<i64>, sql, &id)?;
                 let Some(after) = paused.flatten() else { return Ok(Some((0, false))) };
+                let to = owed_as_rows(conn, &id, after, last, limit).await?;
                 let sql = owed_messages(conn.engine(), true);
-                let made: Vec<i64> = scalar!(conn, fetch_all, i64, sql, &id, after, last, limit, now)?;
-                let resumed = resume && i64::try_from(made.len()).unwrap_or(i64::MAX) < limit;
+                let made: Vec<i64> = scalar!(conn, fetch_all, i64, sql, &id, after, to, limit, now)?;
+                let resumed = resume && i64::try_from(made.len()).unwrap_or(i64::MAX) < limit && to >= last;
                 let after = if resumed { None } else { made.iter().copied().max().or(Some(after)) };
                 execute!(conn, "UPDATE webhook_endpoints SET paused_after = $2 WHERE id = $1", &id, after)?;
                 if !made.is_empty() {
@@ -257,6 +285,7 @@ impl Store {
                 let mut settled = 0;
                 for (id, after) in &unsettled {
                     let to = last.min(after.saturating_add(range));
+                    let to = owed_as_rows(conn, id, *after, to, i64::MAX).await?;
                     let sql = owed_messages(conn.engine(), false);
                     let _: Vec<i64> = scalar!(conn, fetch_all, i64, sql, id, *after, to, i64::MAX, now)?;
                     // PostgreSQL: until the fan-out has passed every event id issued once the
