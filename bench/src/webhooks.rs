@@ -370,10 +370,18 @@ async fn deliveries(
     let (backend, database_url) = store;
     let queued =
         format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{dead}' AND status = 'pending'");
-    let owed = format!(
-        "SELECT COUNT(*) FROM webhook_events v JOIN webhook_endpoints e ON e.id = '{dead}'
-         WHERE v.id > e.paused_after AND v.endpoint_id IS NULL"
+    let mut owed = format!(
+        "SELECT (SELECT COUNT(*) FROM webhook_events v JOIN webhook_endpoints e ON e.id = '{dead}'
+                 WHERE v.id > e.paused_after AND v.endpoint_id IS NULL)"
     );
+    if backend == Backend::Postgres {
+        // And those still in their writer statement's batch (migration 0023).
+        owed.push_str(&format!(
+            " + (SELECT COALESCE(SUM(cardinality(b.event_ids)), 0) FROM webhook_event_batches b
+                 JOIN webhook_endpoints e ON e.id = '{dead}'
+                 WHERE b.tenant_id = e.tenant_id AND b.last_id > e.paused_after)"
+        ));
+    }
     println!(
         "{engine}: its backlog: {} messages pending, {} events owed",
         backend.count(database_url, &queued).await,

@@ -226,7 +226,18 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
         let report = load::run(&api.url, Some(&api.key), o.requests, 64, in_app(), nothing.clone()).await;
         // How many of the deliveries shared the dispatches' time (the rest came after).
         let meanwhile = match &endpoint {
-            Some((_, name)) if case == 1 => format!("{}", receiver.count(name)),
+            Some((id, name)) if case == 1 => {
+                // PostgreSQL: and how many of its messages were made by then (the fan-out's
+                // share of the burst).
+                let made = match postgres {
+                    Some(url) => {
+                        let sql = format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{id}'");
+                        format!(" (of {} made)", Backend::Postgres.count(url, &sql).await)
+                    }
+                    None => String::new(),
+                };
+                format!("{}{made}", receiver.count(name))
+            }
             _ => "–".to_owned(),
         };
         if case == 1 {
