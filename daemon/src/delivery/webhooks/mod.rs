@@ -111,7 +111,10 @@ const BUSY_WINDOW: Duration = Duration::from_millis(100);
 /// writer saturated for longer (a load, not a burst) delays first attempts by about this much,
 /// and never without end. (Bounded by how long the writer had been saturated instead, the
 /// hold-back ended for good a few seconds into a load: a burst after a busy spell was not held
-/// back at all.)
+/// back at all. Thirty seconds, tried in the twenty-second session, held a PostgreSQL burst's
+/// messages back whole, but at a steady 1,000 events a second on a slow hour, where commits
+/// slow enough for the writer's batches to reach [`BUSY_BATCH`], first attempts then waited
+/// seconds at the median: docs/PERFORMANCE.md.)
 const HOLD_AT_MOST_MS: i64 = 5_000;
 /// How long shutdown waits for sends in flight.
 const DRAIN: Duration = Duration::from_secs(20);
