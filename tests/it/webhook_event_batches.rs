@@ -5,7 +5,10 @@
 //! batches too, and at what the fan-out does with the events of writers still in flight and
 //! with a batch wider than a reader looks back.
 
-use herald_common::{api::webhooks::EndpointStatus, ids::TenantId};
+use herald_common::{
+    api::webhooks::EndpointStatus,
+    ids::{TenantId, WebhookEndpointId},
+};
 use herald_daemon::store::Store;
 use herald_tests::{Backend, both_backends};
 
@@ -48,6 +51,18 @@ async fn with_application(backend: Backend, url: &str, tenant: &TenantId) {
         "INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_shop', '{tenant}', 'Shop', 1)"
     );
     backend.execute(url, &[app]).await;
+}
+
+/// A second tenant with its application `app_other` and an endpoint, paused.
+async fn paused_shop(backend: Backend, url: &str, store: &Store) -> (TenantId, WebhookEndpointId) {
+    let other = store.create_tenant("U".into()).await.unwrap().id;
+    let other_app = format!(
+        "INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_other', '{other}', 'O', 1)"
+    );
+    backend.execute(url, &[other_app]).await;
+    let dead = add_endpoint(store, &other, None).await;
+    assert!(pause(store, &dead).await);
+    (other, dead)
 }
 
 /// No event got two messages, and each endpoint's messages are in the order of their events.
@@ -179,13 +194,7 @@ async fn the_fan_out_waits_for_a_batch_in_flight_and_passes_those_owed_to_paused
     let dir = tempfile::tempdir().unwrap();
     let (store, tenant, url) = shop(backend, dir.path()).await;
     let live = add_endpoint(&store, &tenant, None).await;
-    let other = store.create_tenant("U".into()).await.unwrap().id;
-    let other_app = format!(
-        "INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_other', '{other}', 'O', 1)"
-    );
-    backend.execute(&url, &[other_app]).await;
-    let dead = add_endpoint(&store, &other, None).await;
-    pause(&store, &dead).await;
+    let (other, dead) = paused_shop(backend, &url, &store).await;
 
     let mut first = sqlx::PgConnection::connect(&url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut first).await.unwrap();
@@ -218,6 +227,45 @@ async fn the_fan_out_waits_for_a_batch_in_flight_and_passes_those_owed_to_paused
     assert_eq!(catch_up(&store, &dead, 1_000).await, (4, false), "read by its catch-up");
     store.close().await;
 }
+
+/// A fan-out of a group of one (the fan-out task's look while it holds back in a burst): on
+/// PostgreSQL it passes every event no endpoint wants (a paused endpoint's tenant's) and takes
+/// none of them, then takes one an endpoint wants; on SQLite it counts every event, wanted or
+/// not (so the task's hold-back bound goes on counting: the safe side).
+async fn a_group_of_one_passes_what_no_endpoint_wants_and_takes_one_that_one_does(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = shop(backend, dir.path()).await;
+    let live = add_endpoint(&store, &tenant, None).await;
+    let (other, dead) = paused_shop(backend, &url, &store).await;
+
+    let unwanted = in_app(&other, "ntf_o", 4, 10).replace("app_shop", "app_other");
+    backend.execute(&url, &[unwanted.clone(), unwanted.replace("ntf_o", "ntf_p")]).await;
+    let taken = store.fan_out_webhook_events(1).await.unwrap();
+    let wanted_first = in_app(&tenant, "ntf_a", 3, 11);
+    match backend {
+        Backend::Postgres => {
+            assert_eq!(taken, Some(0), "none of the paused endpoint's tenant's events is taken");
+            backend.execute(&url, &[wanted_first]).await;
+            assert_eq!(store.fan_out_webhook_events(1).await.unwrap(), Some(1), "one an endpoint wants");
+            assert_eq!(messages_of(backend, &url, &live).await, 1);
+        }
+        Backend::Sqlite => {
+            assert_eq!(taken, Some(1), "SQLite's group counts any event");
+            backend.execute(&url, &[wanted_first]).await;
+        }
+    }
+    fan_out(&store).await;
+    assert_eq!(messages_of(backend, &url, &live).await, 3, "the rest, each once");
+    assert_eq!(messages_of(backend, &url, &dead).await, 0);
+    once_in_order(backend, &url, &store).await;
+    assert_eq!(catch_up(&store, &dead, 1_000).await, (8, false), "owed to the paused one all the same");
+    store.close().await;
+}
+
+both_backends!(
+    a_group_of_one_passes_what_no_endpoint_wants_and_takes_one_that_one_does_on_each_backend,
+    a_group_of_one_passes_what_no_endpoint_wants_and_takes_one_that_one_does
+);
 
 /// PostgreSQL: a statement whose events' ids span more than a reader looks back
 /// (`herald_webhook_batch_span()`, made 0 here) writes them as rows at once.
