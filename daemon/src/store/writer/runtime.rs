@@ -124,7 +124,7 @@ pub(crate) fn spawn_sqlite<L: Lanes>(
         .spawn(move || {
             let _running = running;
             let panics = Panics::default();
-            while let Some(batch) = block_on(next_batch(&queue)) {
+            while let Some((batch, _writing)) = block_on(next_batch(&queue)) {
                 let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
                     block_on(run_batch::<L>(
                         &mut Conn::Local(&mut connection),
@@ -163,8 +163,13 @@ pub(crate) fn spawn_postgres<L: Lanes>(pool: sqlx::PgPool, count: usize) -> Writ
     handle
 }
 
-async fn run_postgres<L: Lanes>(pool: sqlx::PgPool, queue: Queue<L>, running: Running<L>, panics: Panics) {
-    while let Some(batch) = next_batch(&queue).await {
+async fn run_postgres<L: Lanes>(
+    pool: sqlx::PgPool,
+    queue: Arc<Queue<L>>,
+    running: Running<L>,
+    panics: Panics,
+) {
+    while let Some((batch, _writing)) = next_batch(&queue).await {
         let mut conn = match pool.acquire().await {
             Ok(conn) => conn,
             Err(e) => {

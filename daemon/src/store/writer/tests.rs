@@ -185,3 +185,46 @@ async fn a_writer_survives_a_panic_and_gives_up_after_a_crash_loop() {
     let conn = rusqlite::Connection::open(dir.path().join("w.db")).unwrap();
     assert_eq!(stored(&conn), [1, 2], "no panicking batch left a row");
 }
+
+/// With no other writer writing, a writer takes what is queued at once; while another writes
+/// its batch, it gathers writes until it holds [`JOIN_AT`] (then writes beside it) or the other
+/// has finished.
+#[tokio::test]
+async fn a_second_writer_gathers_a_batch_while_the_first_writes() {
+    let (handle, queue) = WriterHandle::<TestLanes>::new(2);
+    let mut answers = Vec::new();
+    for v in 0..3 {
+        let (job, answer) = typed(v);
+        handle.send(job).await.unwrap();
+        answers.push(answer);
+    }
+    let (first, writing) = next_batch(&queue).await.unwrap();
+    assert_eq!(first.len(), 3, "none writing: what is queued, at once");
+    for v in 3..6 {
+        let (job, answer) = typed(v);
+        handle.send(job).await.unwrap();
+        answers.push(answer);
+    }
+    let second = tokio::spawn({
+        let queue = queue.clone();
+        async move { next_batch(&queue).await.map(|(batch, _writing)| batch.len()) }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!second.is_finished(), "the first still writes: the second gathers more");
+    drop(writing);
+    assert_eq!(second.await.unwrap(), Some(3), "the first has finished: the second writes what it holds");
+
+    let (job, answer) = typed(50);
+    handle.send(job).await.unwrap();
+    answers.push(answer);
+    let (_, writing) = next_batch(&queue).await.unwrap();
+    for v in 0..JOIN_AT as i64 {
+        let (job, answer) = typed(100 + v);
+        handle.send(job).await.unwrap();
+        answers.push(answer);
+    }
+    let joined = tokio::time::timeout(std::time::Duration::from_secs(5), next_batch(&queue)).await;
+    let (batch, _joined) = joined.expect("a deep queue: it writes beside the first").unwrap();
+    assert_eq!(batch.len(), JOIN_AT);
+    drop(writing);
+}
