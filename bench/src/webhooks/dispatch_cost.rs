@@ -221,12 +221,17 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
             rounds.push(Default::default());
         }
         let (label, endpoint) = subscribe(table, case, "dispatch").await?;
-        // PostgreSQL: every row starts just after a checkpoint. A row writes some 75 MB of WAL,
-        // so the server's own checkpoints came every 25 s or so here, and the row just after
-        // one paid for the full-page images of every page it first touched: rows of one case
-        // moved by ±10 % between rounds. Now each pays them alike, and none in its middle.
+        // PostgreSQL: every row starts with the webhook tables vacuumed and just after a
+        // checkpoint. The row before may have left tens of thousands of dead rows (its endpoint's
+        // messages and attempts, deleted with it; batches expanded) for autovacuum to clean
+        // while this row runs. And a row writes some 75 MB of WAL, so the server's own
+        // checkpoints came every 25 s or so here, and the row just after one paid for the
+        // full-page images of every page it first touched: rows of one case moved by ±10 %
+        // between rounds. Now each pays them alike, and none in its middle.
         if let Some(url) = postgres {
-            Backend::Postgres.execute(url, &["CHECKPOINT".to_owned()]).await;
+            let vacuum =
+                "VACUUM (ANALYZE) webhook_messages, webhook_attempts, webhook_events, webhook_event_batches";
+            Backend::Postgres.execute(url, &[vacuum.to_owned(), "CHECKPOINT".to_owned()]).await;
         }
         let before = costs::sample(&api.http, &api.url, pid).await?;
         let wal_before = wal_position(postgres).await;
