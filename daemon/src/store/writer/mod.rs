@@ -18,7 +18,10 @@
 //! (`store/kinds.rs`). Where the writers run (the SQLite thread and its checkpointer, the
 //! PostgreSQL tasks) is [`runtime`]'s business.
 
+mod queue;
 pub(crate) mod runtime;
+
+pub(crate) use self::queue::{Queue, next_batch};
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -31,14 +34,11 @@ use std::{
 };
 
 use futures_util::future::BoxFuture;
-use tokio::sync::{Mutex, Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::{Conn, Engine, StoreError, StoreResult};
 
 const MAX_BATCH: usize = 256;
-/// How many writes a writer gathers before it writes beside another writer's batch (see
-/// [`next_batch`]).
-const JOIN_AT: usize = 32;
 const QUEUE: usize = 4096;
 
 /// Batches committed (or tried) and the operations they held, since the process started: their
@@ -353,26 +353,6 @@ impl<L> Clone for WriterHandle<L> {
 
 type Sender<L> = mpsc::Sender<Box<dyn Pending<L>>>;
 
-/// The receiving end of the queue, shared by the writers of one handle, and how many of them
-/// are writing a batch (see [`next_batch`]).
-pub(crate) struct Queue<L> {
-    receiver: Mutex<mpsc::Receiver<Box<dyn Pending<L>>>>,
-    writing: AtomicUsize,
-    /// A wake-up when a writer has finished its batch.
-    written: Notify,
-}
-
-/// Held by a writer while it writes the batch [`next_batch`] gave it: dropped (the batch
-/// written, refused, or its writer panicked), the writer no longer counts as writing.
-pub(crate) struct Writing<'q, L>(pub(crate) &'q Queue<L>);
-
-impl<L> Drop for Writing<'_, L> {
-    fn drop(&mut self) {
-        self.0.writing.fetch_sub(1, Ordering::AcqRel);
-        self.0.written.notify_waiters();
-    }
-}
-
 impl<L: Lanes> WriterHandle<L> {
     /// A handle and its queue, for `writers` writers to take from.
     pub(crate) fn new(writers: usize) -> (Self, Arc<Queue<L>>) {
@@ -383,9 +363,7 @@ impl<L: Lanes> WriterHandle<L> {
             stopped: Arc::new(Notify::new()),
             failure: watch::Sender::new(None),
         };
-        let queue =
-            Queue { receiver: Mutex::new(receiver), writing: AtomicUsize::new(0), written: Notify::new() };
-        (handle, Arc::new(queue))
+        (handle, Arc::new(Queue::new(receiver)))
     }
 
     async fn send(&self, job: Box<dyn Pending<L>>) -> StoreResult<()> {
@@ -457,52 +435,6 @@ impl<L> Drop for Running<L> {
     fn drop(&mut self) {
         self.0.running.fetch_sub(1, Ordering::AcqRel);
         self.0.stopped.notify_waiters();
-    }
-}
-
-/// Receives the next batch: waits for one job, then takes what else is already queued. While
-/// another writer is writing its batch, it goes on taking jobs until it holds [`JOIN_AT`] or that
-/// writer has finished: a second writer that took whatever had come in while the first wrote split
-/// a burst into batches half as large, and each batch costs the server per statement (on
-/// PostgreSQL, in-app dispatch with one writer held batches of 32 at the same rate as two with
-/// 16, for a fifth less of the server's CPU, and the webhook outbox's statement trigger cost it
-/// half as much: docs/PERFORMANCE.md, twenty-third session). Under a deep queue both write at
-/// once, as before. The caller holds the [`Writing`] until it has written the batch.
-pub(crate) async fn next_batch<L>(queue: &Queue<L>) -> Option<(Vec<Box<dyn Pending<L>>>, Writing<'_, L>)> {
-    let mut receiver = queue.receiver.lock().await;
-    let first = receiver.recv().await?;
-    let mut batch = Vec::with_capacity(16);
-    batch.push(first);
-    take_queued(&mut receiver, &mut batch);
-    while batch.len() < JOIN_AT {
-        let written = queue.written.notified();
-        tokio::pin!(written);
-        written.as_mut().enable();
-        if queue.writing.load(Ordering::Acquire) == 0 {
-            break;
-        }
-        tokio::select! {
-            job = receiver.recv() => match job {
-                Some(job) => {
-                    batch.push(job);
-                    take_queued(&mut receiver, &mut batch);
-                }
-                None => break,
-            },
-            () = &mut written => break,
-        }
-    }
-    queue.writing.fetch_add(1, Ordering::AcqRel);
-    Some((batch, Writing(queue)))
-}
-
-/// Takes what is already queued, up to [`MAX_BATCH`] in all.
-fn take_queued<L>(receiver: &mut mpsc::Receiver<Box<dyn Pending<L>>>, batch: &mut Vec<Box<dyn Pending<L>>>) {
-    while batch.len() < MAX_BATCH {
-        match receiver.try_recv() {
-            Ok(job) => batch.push(job),
-            Err(_) => break,
-        }
     }
 }
 

@@ -1,4 +1,4 @@
-use super::{runtime::block_on, *};
+use super::{queue::JOIN_AT, runtime::block_on, *};
 
 /// A test kind: inserts its values into `t`, failing the whole group (after inserting the rest)
 /// when one is negative, as a constraint one work breaks would.
