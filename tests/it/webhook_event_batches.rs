@@ -294,3 +294,74 @@ async fn a_batch_wider_than_a_reader_looks_back_is_written_as_rows() {
     once_in_order(backend, &url, &store).await;
     store.close().await;
 }
+
+/// Dispatches through the store's writer, many at once so that they meet in groups (on
+/// PostgreSQL the writer's statement writes its in-app notifications' events itself, migration
+/// 0024, and the notifications' trigger must not write them again): each in-app notification of
+/// the tenant with an endpoint has one event, in the order of its id; another tenant's (no
+/// endpoint) and the emails (queued) have none. On PostgreSQL no batch the statement writes is
+/// wider than a reader looks back (`herald_webhook_batch_span()`, made 4 here).
+async fn grouped_dispatches_write_each_in_app_event_once(backend: Backend) {
+    use herald_common::api::notifications::Channel;
+
+    use crate::batches::notification;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    let app = store.create_application(&tenant, "A".into()).await.unwrap().unwrap().id;
+    let live = add_endpoint(&store, &tenant, None).await;
+    let quiet = store.create_tenant("Q".into()).await.unwrap().id;
+    let quiet_app = store.create_application(&quiet, "Q".into()).await.unwrap().unwrap().id;
+    if backend == Backend::Postgres {
+        let narrow = "CREATE OR REPLACE FUNCTION herald_webhook_batch_span() RETURNS BIGINT LANGUAGE sql IMMUTABLE AS $$ SELECT 4::BIGINT $$";
+        backend.execute(&url, &[narrow.to_owned()]).await;
+    }
+    let mut dispatches = Vec::new();
+    for i in 0..500usize {
+        let n = match i % 5 {
+            0..=2 => notification(&tenant, &app, Channel::InApp, &format!("user-{}", i % 7)),
+            3 => notification(&tenant, &app, Channel::Email, "a@example.com"),
+            _ => notification(&quiet, &quiet_app, Channel::InApp, &format!("user-{}", i % 7)),
+        };
+        let store = store.clone();
+        dispatches.push(tokio::spawn(async move { store.dispatch(n, None).await }));
+    }
+    for dispatch in dispatches {
+        dispatch.await.unwrap().unwrap();
+    }
+    if backend == Backend::Postgres {
+        let wide = "SELECT COUNT(*) FROM webhook_event_batches WHERE last_id - first_id >= 4";
+        assert_eq!(count(backend, &url, wide).await, 0, "no batch wider than a reader looks back");
+        let batches = count(backend, &url, BATCHES).await;
+        assert!(batches < 300, "{batches} batches: the writer's groups wrote several events each");
+    }
+    fan_out(&store).await;
+    let events = |filter: &str| {
+        format!(
+            "SELECT COUNT(*) FROM webhook_events v JOIN notifications n ON n.id = v.subject_id
+             WHERE v.event_type = 'notification.delivered' AND {filter}"
+        )
+    };
+    let in_app = format!("n.tenant_id = '{tenant}' AND n.channel = 'in_app'");
+    assert_eq!(count(backend, &url, &events(&in_app)).await, 300, "one event for each in-app notification");
+    let once = format!(
+        "SELECT COUNT(DISTINCT subject_id) FROM webhook_events WHERE subject_id IN
+         (SELECT id FROM notifications WHERE {})",
+        in_app.replace("n.", "")
+    );
+    assert_eq!(count(backend, &url, &once).await, 300, "each once");
+    assert_eq!(
+        count(backend, &url, &events(&format!("n.tenant_id = '{quiet}'"))).await,
+        0,
+        "none without an endpoint"
+    );
+    let all = format!("SELECT COUNT(*) FROM webhook_events WHERE tenant_id = '{tenant}'");
+    assert_eq!(count(backend, &url, &all).await, 300, "none for the emails, queued");
+    assert_eq!(messages_of(backend, &url, &live).await, 300);
+    once_in_order(backend, &url, &store).await;
+    store.close().await;
+}
+
+both_backends!(
+    grouped_dispatches_write_each_in_app_event_once_on_each_backend,
+    grouped_dispatches_write_each_in_app_event_once
+);
