@@ -295,12 +295,11 @@ async fn a_batch_wider_than_a_reader_looks_back_is_written_as_rows() {
     store.close().await;
 }
 
-/// Dispatches through the store's writer, many at once so that they meet in groups (on
-/// PostgreSQL the writer's statement writes its in-app notifications' events itself, migration
-/// 0024, and the notifications' trigger must not write them again): each in-app notification of
-/// the tenant with an endpoint has one event, in the order of its id; another tenant's (no
-/// endpoint) and the emails (queued) have none. On PostgreSQL no batch the statement writes is
-/// wider than a reader looks back (`herald_webhook_batch_span()`, made 4 here).
+/// Dispatches through the store's writer, many at once so that they meet in groups (each group
+/// one statement on PostgreSQL, whose trigger writes the group's events as batches): each in-app
+/// notification of the tenant with an endpoint has one event, in the order of its id; another
+/// tenant's (no endpoint) and the emails (queued) have none. On PostgreSQL no batch is wider
+/// than a reader looks back (`herald_webhook_batch_span()`, made 4 here: wider ones are rows).
 async fn grouped_dispatches_write_each_in_app_event_once(backend: Backend) {
     use herald_common::api::notifications::Channel;
 
@@ -329,10 +328,10 @@ async fn grouped_dispatches_write_each_in_app_event_once(backend: Backend) {
         dispatch.await.unwrap().unwrap();
     }
     if backend == Backend::Postgres {
-        let wide = "SELECT COUNT(*) FROM webhook_event_batches WHERE last_id - first_id >= 4";
+        let wide = "SELECT COUNT(*) FROM webhook_event_batches WHERE last_id - first_id > 4";
         assert_eq!(count(backend, &url, wide).await, 0, "no batch wider than a reader looks back");
         let batches = count(backend, &url, BATCHES).await;
-        assert!(batches < 300, "{batches} batches: the writer's groups wrote several events each");
+        assert!(batches < 300, "{batches} batches: the writer's groups wrote several events each, or rows");
     }
     fan_out(&store).await;
     let events = |filter: &str| {

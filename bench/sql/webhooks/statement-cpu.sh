@@ -51,6 +51,8 @@ cpu() {
     { for p in $(pgrep -x postgres); do awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null; done
       awk '{print $16 + $17}' "/proc/$(pgrep -o -x postgres)/stat"; } | awk '{s += $1} END {print s}'
 }
+# Every run starts just after a checkpoint (one falling inside a run adds its full-page images).
+psql "$url" -qX -c CHECKPOINT
 before=$(cpu)
 latency=$(pgbench -n -M prepared -c "$clients" -t "$((statements / clients))" -f "$script" "$url" 2>&1 |
     sed -n 's/latency average = //p')

@@ -93,10 +93,10 @@ pub(super) async fn dispatch_all(
 const NOTIFY_LIMIT: usize = 7_000;
 
 /// Inserts notifications with their delivery jobs or (in-app) inbox items, numbered from each
-/// user's sequence, their `delivered` attempts and (with an endpoint) their webhook events, in
-/// one statement that also sends the `herald_inbox` NOTIFYs: one per batch, naming every user
-/// whose inbox grew (more only if the names pass [`NOTIFY_LIMIT`]). Users' sequences are taken in
-/// one order by every writer, so two batches never wait on each other in a cycle.
+/// user's sequence, and their `delivered` attempts, in one statement that also sends the
+/// `herald_inbox` NOTIFYs: one per batch, naming every user whose inbox grew (more only if the
+/// names pass [`NOTIFY_LIMIT`]). Users' sequences are taken in one order by every writer, so
+/// two batches never wait on each other in a cycle.
 async fn insert_notifications(
     conn: &mut sqlx::PgConnection,
     notifications: &[&NewNotification],
@@ -160,15 +160,6 @@ async fn insert_notifications(
 
 /// See [`insert_notifications`]. `input.ord` keeps the order the dispatches arrived in, which
 /// numbers one user's new items.
-///
-/// The in-app notifications' `notification.delivered` events are written by this statement too,
-/// not by the notifications' trigger (migration 0024): `events` hands the rows of tenants with an
-/// endpoint enabled to `herald_webhook_notification_events` (the writers' lock, then their ids,
-/// in the outbox's batches of migration 0023), and makes no call when there are none, so a
-/// dispatch with no endpoint pays for the `EXISTS` alone; `marked` tells the trigger, before
-/// the first notification is inserted (the insert reads it). The trigger's call cost a
-/// saturated in-app dispatch 5–10 % with one endpoint subscribed (docs/PERFORMANCE.md).
-/// Emails are inserted `queued`: no event (their `sent` comes with the attempt).
 const INSERT_NOTIFICATIONS: &str = "WITH input AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
                               $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
@@ -176,13 +167,12 @@ const INSERT_NOTIFICATIONS: &str = "WITH input AS (
              WITH ORDINALITY AS t(id, tenant_id, application_id, channel, recipient, recipient_masked, sender,
                                   subject, title, body, html_body, data, template_id, status, attempt_count,
                                   created_at, item_id, item_title, category, recipient_key, ord)),
-     marked AS (SELECT set_config('herald.notification_events', 'written', true) AS mark),
      n AS (INSERT INTO notifications
              (id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
               html_body, data, template_id, status, attempt_count, created_at, updated_at, category, recipient_key)
          SELECT id, tenant_id, application_id, channel, recipient, recipient_masked, sender, subject, title, body,
                 html_body, data, template_id, status, attempt_count, created_at, created_at, category, recipient_key
-         FROM input CROSS JOIN marked),
+         FROM input),
      q AS (INSERT INTO deliveries (notification_id, state, next_attempt_at)
          SELECT id, 'pending', created_at FROM input WHERE item_id IS NULL),
      inbox AS (
@@ -201,13 +191,8 @@ const INSERT_NOTIFICATIONS: &str = "WITH input AS (
                 inbox.item_title, inbox.body, inbox.data, inbox.created_at, inbox.created_at
          FROM inbox JOIN s ON s.application_id = inbox.application_id AND s.user_id = inbox.recipient),
      d AS (INSERT INTO delivery_attempts (notification_id, attempt, started_at, finished_at, outcome, provider_message_id)
-         SELECT id, 1, created_at, created_at, 'delivered', item_id FROM inbox),
-     events AS (SELECT herald_webhook_notification_events(array_agg(id), array_agg(tenant_id), array_agg(application_id),
-                                                          array_agg(created_at)) AS written
-         FROM inbox
-         WHERE EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.tenant_id = inbox.tenant_id AND e.status = 'enabled')
-         HAVING count(*) > 0)
-     SELECT count(pg_notify('herald_inbox', p)), (SELECT count(*) FROM events) FROM unnest($21::text[]) AS p";
+         SELECT id, 1, created_at, created_at, 'delivered', item_id FROM inbox)
+     SELECT count(pg_notify('herald_inbox', p)) FROM unnest($21::text[]) AS p";
 
 /// A delivery attempt's outcome for the writer.
 pub(crate) struct Attempt {
