@@ -14,39 +14,15 @@
 # needs `pgbench` and the server on this machine (it reads /proc).
 set -eu
 url=$1 mode=$2 statements=${3:-8000} clients=${4:-2} variant=${5:-}
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
 schema=herald_statement_cpu
-psql "$url" -qX -c "DROP SCHEMA IF EXISTS $schema CASCADE" -c "CREATE SCHEMA $schema" 2>/dev/null
-export PGOPTIONS="-c search_path=$schema -c synchronous_commit=off"
-for f in "$root"/migrations/postgres/*.sql; do psql "$url" -qX -v ON_ERROR_STOP=1 -1 -f "$f" >/dev/null; done
-psql "$url" -qX -v ON_ERROR_STOP=1 -c "INSERT INTO tenants VALUES ('ten_1', 't', 0);
-    INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_1', 'ten_1', 'a', 0);"
-if [ "$mode" = paused ]; then
-    psql "$url" -qX -v ON_ERROR_STOP=1 -c "INSERT INTO webhook_endpoints (id, tenant_id, url, status, created_at, updated_at, paused_after)
-        VALUES ('whe_1', 'ten_1', 'http://127.0.0.1:9/', 'enabled', 0, 0, 0)"
-fi
-[ -n "$variant" ] && psql "$url" -qX -v ON_ERROR_STOP=1 -f "$variant" >/dev/null
-psql "$url" -qX -v ON_ERROR_STOP=1 -c "CREATE FUNCTION statement_cpu_random(kind TEXT) RETURNS TEXT[] LANGUAGE sql VOLATILE AS \$\$
-    SELECT array_agg(CASE kind WHEN 'user' THEN 'user' || (random() * 1000)::int
-                               ELSE kind || md5(random()::text) END) FROM generate_series(1, 15) \$\$;"
-statement=$(awk '/^const INSERT_NOTIFICATIONS: &str = "/ { f = 1; sub(/^const INSERT_NOTIFICATIONS: &str = "/, "") }
-    f { if (/";$/) { sub(/";$/, ""); print; exit } print }' "$root/daemon/src/store/notifications/writes.rs")
-[ -n "$statement" ] || { echo "INSERT_NOTIFICATIONS not found in writes.rs" >&2; exit 1; }
-fill() { echo "array_fill($1, ARRAY[15])"; }
-random() { echo "statement_cpu_random('$1')"; }
-now="(extract(epoch FROM clock_timestamp()) * 1000)::int8"
-# The statement's 21 parameters, as expressions (pgbench then prepares it whole).
-arguments=("$(random ntf_)" "$(fill "'ten_1'::text")" "$(fill "'app_1'::text")" "$(fill "'in_app'::text")"
-    "$(random user)" "$(fill "'u***'::text")" "$(fill "NULL::text")" "$(fill "NULL::text")" "$(fill "'Hello'::text")"
-    "$(fill "'A body of some length for the bench'::text")" "$(fill "NULL::text")" "$(fill "NULL::text")"
-    "$(fill "NULL::text")" "$(fill "'delivered'::text")" "$(fill "1::int8")" "$(fill "$now")"
-    "$(random inb_)" "$(fill "'Hello'::text")" "$(fill "NULL::text")" "$(random key)" "ARRAY['x']")
+. "$(dirname "$0")/statement-setup.sh"
+statement_setup "$url" "$schema" "$mode" "$variant" "-c synchronous_commit=off"
 script=$(mktemp)
-STATEMENT="$statement" python3 -c '
-import os, re, sys
-print(re.sub(r"\$([0-9]+)(?![0-9])", lambda m: sys.argv[int(m.group(1))], os.environ["STATEMENT"]) + ";")' \
-    "${arguments[@]}" >"$script"
+# The statement with its arguments in place of `$1`…`$21` (pgbench then prepares it whole).
+STATEMENT="$statement" ARGUMENTS="$argument_list" python3 -c '
+import os, re
+arguments = os.environ["ARGUMENTS"].split("\n")
+print(re.sub(r"\$([0-9]+)(?![0-9])", lambda m: arguments[int(m.group(1)) - 1], os.environ["STATEMENT"]) + ";")' >"$script"
 cpu() {
     { for p in $(pgrep -x postgres); do awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null; done
       awk '{print $16 + $17}' "/proc/$(pgrep -o -x postgres)/stat"; } | awk '{s += $1} END {print s}'

@@ -12,39 +12,10 @@
 # and dropped at the end).
 set -eu
 url=$1 mode=$2 variant=${3:-}
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
 schema=herald_statement_work
-psql "$url" -qX -c "DROP SCHEMA IF EXISTS $schema CASCADE" -c "CREATE SCHEMA $schema" 2>/dev/null
-export PGOPTIONS="-c search_path=$schema"
-for f in "$root"/migrations/postgres/*.sql; do psql "$url" -qX -v ON_ERROR_STOP=1 -1 -f "$f" >/dev/null; done
-psql "$url" -qX -v ON_ERROR_STOP=1 -c "INSERT INTO tenants VALUES ('ten_1', 't', 0);
-    INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_1', 'ten_1', 'a', 0);"
-if [ "$mode" = paused ]; then
-    psql "$url" -qX -v ON_ERROR_STOP=1 -c "INSERT INTO webhook_endpoints (id, tenant_id, url, status, created_at, updated_at, paused_after)
-        VALUES ('whe_1', 'ten_1', 'http://127.0.0.1:9/', 'enabled', 0, 0, 0)"
-fi
-[ -n "$variant" ] && psql "$url" -qX -v ON_ERROR_STOP=1 -f "$variant" >/dev/null
-# The writer's own statement, read from its source, and its 21 arrays generated for each
-# execution: 15 in-app notifications to users among 1,000, as the bench's dispatches are.
-statement=$(awk '/^const INSERT_NOTIFICATIONS: &str = "/ { f = 1; sub(/^const INSERT_NOTIFICATIONS: &str = "/, "") }
-    f { if (/";$/) { sub(/";$/, ""); print; exit } print }' "$root/daemon/src/store/notifications/writes.rs")
-[ -n "$statement" ] || { echo "INSERT_NOTIFICATIONS not found in writes.rs" >&2; exit 1; }
-fill() { echo "array_fill($1, ARRAY[15])"; }
-random() { echo "statement_work_random('$1')"; }
-now="(extract(epoch FROM clock_timestamp()) * 1000)::int8"
-arguments="$(random ntf_), $(fill "'ten_1'::text"), $(fill "'app_1'::text"),
-    $(fill "'in_app'::text"), $(random user), $(fill "'u***'::text"),
-    $(fill "NULL::text"), $(fill "NULL::text"), $(fill "'Hello'::text"),
-    $(fill "'A body of some length for the bench'::text"), $(fill "NULL::text"), $(fill "NULL::text"),
-    $(fill "NULL::text"), $(fill "'delivered'::text"), $(fill "1::int8"), $(fill "$now"),
-    $(random inb_), $(fill "'Hello'::text"), $(fill "NULL::text"),
-    $(random key), ARRAY['x']"
+. "$(dirname "$0")/statement-setup.sh"
+statement_setup "$url" "$schema" "$mode" "$variant" ""
 {
-    # 15 random ids (users: one of 1,000) for each execution (EXECUTE takes no subquery).
-    echo "CREATE FUNCTION statement_work_random(kind TEXT) RETURNS TEXT[] LANGUAGE sql VOLATILE AS \$\$
-        SELECT array_agg(CASE kind WHEN 'user' THEN 'user' || (random() * 1000)::int
-                                   ELSE kind || md5(random()::text) END) FROM generate_series(1, 15) \$\$;"
     echo "PREPARE d AS $statement;"
     # Warm up (the first statements plan and fill the tables' first pages).
     i=0; while [ $i -lt 20 ]; do echo "EXECUTE d($arguments);"; i=$((i + 1)); done
