@@ -5,8 +5,9 @@
 # `synchronous_commit` off) from CLIENTS connections, with no endpoint or with one paused (the
 # dispatch table's down case), in a schema made from migrations/postgres; the CPU of every
 # PostgreSQL process over the run (the backends', which have exited by then, from the
-# postmaster's count of its children's) divided by STATEMENTS. It moves ±3 % between runs here:
-# run the cases in turn, several times (docs/PERFORMANCE.md, twenty-fourth session).
+# postmaster's count of its children's) divided by STATEMENTS. It moved ±1–3 % between runs in the
+# twenty-fourth session and ±10 % in the twenty-fifth: run the cases in turn, many passes, and
+# compare medians (docs/PERFORMANCE.md).
 #
 #   bench/sql/webhooks/statement-cpu.sh URL none|paused [STATEMENTS] [CLIENTS] [VARIANT.sql]
 #
