@@ -171,6 +171,11 @@ enum Command {
         /// tripped as before, then removed before the row, which runs with no endpoint.
         #[arg(long)]
         down_control: bool,
+        /// The dispatch-cost table's delivering case with an endpoint subscribed to other
+        /// events (`otp.verified`) than the dispatches make: what an endpoint costs that wants
+        /// none of them.
+        #[arg(long)]
+        other_events: bool,
         #[arg(long, default_value = "target/release/heraldd")]
         daemon: PathBuf,
     },
@@ -508,6 +513,7 @@ async fn run() -> anyhow::Result<()> {
             dispatch_only,
             postgres_sql,
             down_control,
+            other_events,
             daemon,
         } => {
             webhooks::run(webhooks::Options {
@@ -523,6 +529,7 @@ async fn run() -> anyhow::Result<()> {
                 dispatch_only,
                 postgres_sql,
                 down_control,
+                other_events,
                 daemon,
             })
             .await

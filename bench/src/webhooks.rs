@@ -91,6 +91,7 @@ pub struct Options {
     pub dispatch_only: bool,
     pub postgres_sql: Option<PathBuf>,
     pub down_control: bool,
+    pub other_events: bool,
     pub daemon: PathBuf,
 }
 
@@ -180,11 +181,16 @@ struct Api {
 impl Api {
     /// Subscribes `hook_url` to `notification.delivered`; the endpoint's id.
     async fn add_endpoint(&self, hook_url: &str) -> anyhow::Result<String> {
+        self.add_endpoint_for(hook_url, "notification.delivered").await
+    }
+
+    /// Subscribes `hook_url` to `event_type`; the endpoint's id.
+    async fn add_endpoint_for(&self, hook_url: &str, event_type: &str) -> anyhow::Result<String> {
         let response = self
             .http
             .post(format!("{}/api/v1/webhooks", self.url))
             .bearer_auth(&self.key)
-            .json(&json!({"url": hook_url, "event_types": ["notification.delivered"]}))
+            .json(&json!({"url": hook_url, "event_types": [event_type]}))
             .send()
             .await?;
         let status = response.status();

@@ -9,7 +9,7 @@
 # twenty-fourth session and ±10 % in the twenty-fifth: run the cases in turn, many passes, and
 # compare medians (docs/PERFORMANCE.md).
 #
-#   bench/sql/webhooks/statement-cpu.sh URL none|paused [STATEMENTS] [CLIENTS] [VARIANT.sql]
+#   bench/sql/webhooks/statement-cpu.sh URL none|paused|other [STATEMENTS] [CLIENTS] [VARIANT.sql]
 #
 # URL: a database to use (a schema `herald_statement_cpu` is made in it and dropped at the end);
 # needs `pgbench` and the server on this machine (it reads /proc).

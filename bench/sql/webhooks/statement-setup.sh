@@ -1,11 +1,12 @@
 # Sourced by statement-work.sh and statement-cpu.sh (sh and bash): a schema made from
 # migrations/postgres with a tenant and its application (and, for `paused`, one enabled endpoint,
-# paused: the dispatch table's down case), a VARIANT of this directory applied, and the writer's
+# paused: the dispatch table's down case; for `other`, one enabled endpoint subscribed to
+# `otp.verified` alone, which an in-app dispatch does not make), a VARIANT of this directory applied, and the writer's
 # own statement of 15 in-app dispatches (`INSERT_NOTIFICATIONS`, read from its source) with the
 # expressions of its 21 arrays, generated at each execution: 15 in-app notifications to users
 # among 1,000, as the bench's dispatches are.
 #
-#   statement_setup URL SCHEMA none|paused VARIANT PGOPTIONS_EXTRA
+#   statement_setup URL SCHEMA none|paused|other VARIANT PGOPTIONS_EXTRA
 #
 # Sets PGOPTIONS (the schema first on the search path), `statement`, and the expressions for `$1`
 # to `$21` in order: `argument_list` one per line, `arguments` comma-separated.
@@ -19,6 +20,10 @@ statement_setup() {
     done
     psql "$setup_url" -qX -v ON_ERROR_STOP=1 -c "INSERT INTO tenants VALUES ('ten_1', 't', 0);
         INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_1', 'ten_1', 'a', 0);"
+    if [ "$setup_mode" = other ]; then
+        psql "$setup_url" -qX -v ON_ERROR_STOP=1 -c "INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, status, created_at, updated_at)
+            VALUES ('whe_1', 'ten_1', 'http://127.0.0.1:9/', ',otp.verified,', 'enabled', 0, 0)"
+    fi
     if [ "$setup_mode" = paused ]; then
         psql "$setup_url" -qX -v ON_ERROR_STOP=1 -c "INSERT INTO webhook_endpoints (id, tenant_id, url, status, created_at, updated_at, paused_after)
             VALUES ('whe_1', 'ten_1', 'http://127.0.0.1:9/', 'enabled', 0, 0, 0)"

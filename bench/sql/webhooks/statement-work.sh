@@ -6,7 +6,7 @@
 # case), or with one paused endpoint and a VARIANT of this directory applied first. Times on this
 # machine move ±5 % between runs; these counts move by a few bytes.
 #
-#   bench/sql/webhooks/statement-work.sh URL none|paused [VARIANT.sql]
+#   bench/sql/webhooks/statement-work.sh URL none|paused|other [VARIANT.sql]
 #
 # URL: a database to use (a schema `herald_statement_work` is made in it from migrations/postgres
 # and dropped at the end).

@@ -43,6 +43,7 @@ async fn subscribe(
     let Table { api, receiver, hook, o, .. } = *table;
     let (label, name) = match case {
         0 => ("none", None),
+        1 if o.other_events => ("one, wanting other events (otp.verified)", Some(name.to_owned())),
         1 => ("one, delivering meanwhile", Some(name.to_owned())),
         _ if o.down_control => {
             ("none, after one tripped and removed (control)", Some(format!("dead-{name}")))
@@ -50,7 +51,10 @@ async fn subscribe(
         _ => ("one, down (503)", Some(format!("dead-{name}"))),
     };
     let Some(name) = name else { return Ok((label, None)) };
-    let id = api.add_endpoint(&hook(&name)).await?;
+    let id = match case {
+        1 if o.other_events => api.add_endpoint_for(&hook(&name), "otp.verified").await?,
+        _ => api.add_endpoint(&hook(&name)).await?,
+    };
     if case == 2 {
         load::run(&api.url, Some(&api.key), 20, 4, in_app(), nothing()).await;
         anyhow::ensure!(receiver.wait_for(&name, 5, Duration::from_secs(30)).await, "{name} was never tried");
@@ -89,7 +93,7 @@ async fn steady_dispatch(table: &Table<'_>) -> anyhow::Result<()> {
         let paced =
             load::paced(&api.url, &api.key, "/api/v1/notifications", o.rate, total, in_app_body, |_| {})
                 .await;
-        if case(round) == 1 {
+        if case(round) == 1 && !o.other_events {
             receiver.wait_for("steady", paced.accepted, Duration::from_secs(120)).await;
         }
         let cost = before.until(&costs::sample(&api.http, &api.url, pid).await?, paced.accepted);
@@ -252,7 +256,7 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
             }
             _ => "–".to_owned(),
         };
-        if case == 1 {
+        if case == 1 && !o.other_events {
             // The CPU of the deliveries too: what a dispatch costs in all.
             receiver.wait_for("dispatch", report.ok, Duration::from_secs(120)).await;
         }
@@ -286,6 +290,11 @@ pub(super) async fn dispatch_costs(table: &Table<'_>) -> anyhow::Result<()> {
     }
     if o.down_control {
         println!("\n{engine}: --down-control: \"one down\" below is the down slot run with no endpoint");
+    }
+    if o.other_events {
+        println!(
+            "\n{engine}: --other-events: \"one delivering\" below is an endpoint subscribed to otp.verified alone"
+        );
     }
     println!("\n{}", bracketed(engine, &rounds));
     println!("\n{engine}: medians of {} rounds: {}", o.rounds.max(1), against_none(medians(rates), "/s", 0));
