@@ -72,11 +72,24 @@ BEGIN
 END
 $$;
 
--- Notifications changed (0019's).
+-- Notifications changed (0019's): nothing at all when no change of the statement is wanted (an
+-- insert of no rows into `webhook_events` would still take the writers' lock and wake the
+-- fan-out, by that table's statement trigger).
 CREATE OR REPLACE FUNCTION herald_webhook_notifications_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     -- No endpoint anywhere: nothing to join the statement's rows with.
     IF NOT EXISTS (SELECT 1 FROM webhook_endpoints WHERE status = 'enabled') THEN
+        RETURN NULL;
+    END IF;
+    IF NOT EXISTS (
+        SELECT 1 FROM before_rows o JOIN after_rows c ON c.id = o.id
+        WHERE o.status IS DISTINCT FROM c.status
+          AND c.status IN ('sent', 'delivered', 'read', 'undelivered', 'bounced', 'complained', 'failed', 'suppressed')
+          AND EXISTS (SELECT 1 FROM webhook_endpoints e
+                      WHERE e.tenant_id = c.tenant_id AND e.status = 'enabled'
+                        AND (e.event_types IS NULL OR e.event_types LIKE '%,notification.' || c.status || ',%')
+                        AND (e.application_id IS NULL OR c.application_id IS NULL OR e.application_id = c.application_id)))
+    THEN
         RETURN NULL;
     END IF;
     INSERT INTO webhook_events (tenant_id, application_id, event_type, subject_id, data, occurred_at)
