@@ -34,4 +34,5 @@ mod webhook_ops;
 mod webhook_pause;
 mod webhook_plans;
 mod webhook_store;
+mod webhook_wanted;
 mod webhooks;
