@@ -51,10 +51,8 @@ async fn subscribe(
         _ => ("one, down (503)", Some(format!("dead-{name}"))),
     };
     let Some(name) = name else { return Ok((label, None)) };
-    let id = match case {
-        1 if o.other_events => api.add_endpoint_for(&hook(&name), "otp.verified").await?,
-        _ => api.add_endpoint(&hook(&name)).await?,
-    };
+    let wanted = if case == 1 && o.other_events { "otp.verified" } else { "notification.delivered" };
+    let id = api.add_endpoint_for(&hook(&name), wanted).await?;
     if case == 2 {
         load::run(&api.url, Some(&api.key), 20, 4, in_app(), nothing()).await;
         anyhow::ensure!(receiver.wait_for(&name, 5, Duration::from_secs(30)).await, "{name} was never tried");
