@@ -97,7 +97,9 @@ pub struct WebhookEndpointIn {
     pub url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// The event types to receive; absent: every type.
+    /// The event types to receive; absent: every type. An event is recorded only if an endpoint
+    /// wants it when it happens, so the endpoint receives events from its creation on, and an
+    /// event no endpoint wants costs the change that makes it nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_types: Option<Vec<EventType>>,
     /// Only this application's events; absent: every application of the tenant.
@@ -124,7 +126,7 @@ pub struct WebhookEndpointPatch {
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub description: Option<Option<String>>,
-    /// `null`: every type.
+    /// `null`: every type. Types added receive the events that happen from then on.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<EventType>>)]
     pub event_types: Option<Option<Vec<EventType>>>,
