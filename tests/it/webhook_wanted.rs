@@ -143,3 +143,95 @@ both_backends!(
     only_the_events_an_endpoint_wants_are_written_on_each_backend,
     only_the_events_an_endpoint_wants_are_written
 );
+
+/// PostgreSQL (migration 0025): one statement of notifications of several kinds writes one batch
+/// per application and event type, each batch's arrays aligned (element i of each is one
+/// notification's event: its id, its data, its time); the writers' lock (the fan-out's horizon) is
+/// held by a transaction once a statement of it wrote a batch, and not by one whose notifications
+/// no endpoint wants.
+#[tokio::test]
+async fn a_statement_writes_aligned_batches_and_takes_the_writers_lock_only_if_it_writes() {
+    use sqlx::Connection;
+    let backend = Backend::Postgres;
+    if !backend.available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    let setup = [
+        format!(
+            "INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_shop', '{tenant}', 'Shop', 1),
+                                                                               ('app_blog', '{tenant}', 'Blog', 1)"
+        ),
+        format!(
+            "INSERT INTO webhook_endpoints (id, tenant_id, application_id, url, event_types, status, created_at, updated_at)
+             VALUES ('whe_blog', '{tenant}', 'app_blog', 'https://hooks.example.com/blog',
+                     ',notification.delivered,notification.failed,', 'enabled', 1, 1)"
+        ),
+    ];
+    backend.execute(&url, &setup).await;
+    let row = |id: &str, application: &str, status: &str, reason: &str, retries: i64, at: i64| {
+        format!(
+            "('{id}', '{tenant}', '{application}', 'in_app', 'user_1', 'u****1', 'Hi', '{status}', {reason},
+              {retryable}, {retries}, {at}, {at})",
+            retryable = retries > 0
+        )
+    };
+    let insert = |rows: Vec<String>| {
+        format!(
+            "INSERT INTO notifications (id, tenant_id, application_id, channel, recipient, recipient_masked, body,
+                                        status, failure_reason, retryable, retry_count, created_at, updated_at)
+             VALUES {}",
+            rows.join(", ")
+        )
+    };
+    let advisory_locks =
+        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()";
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let scalar = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql);
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    let unwanted = insert(vec![row("ntf_s1", "app_shop", "delivered", "NULL", 0, 5)]);
+    sqlx::query(sqlx::AssertSqlSafe(unwanted)).execute(&mut conn).await.unwrap();
+    assert_eq!(scalar(advisory_locks).fetch_one(&mut conn).await.unwrap(), 0, "nothing wanted: no lock");
+    let mixed = insert(vec![
+        row("ntf_b1", "app_blog", "delivered", "NULL", 0, 6),
+        row("ntf_s2", "app_shop", "failed", "'refused'", 1, 7),
+        row("ntf_b2", "app_blog", "failed", "'refused by the provider'", 2, 8),
+        row("ntf_b3", "app_blog", "delivered", "NULL", 0, 9),
+        row("ntf_b4", "app_blog", "queued", "NULL", 0, 10),
+    ]);
+    sqlx::query(sqlx::AssertSqlSafe(mixed)).execute(&mut conn).await.unwrap();
+    assert_eq!(scalar(advisory_locks).fetch_one(&mut conn).await.unwrap(), 1, "a batch written: the lock");
+    sqlx::query("COMMIT").execute(&mut conn).await.unwrap();
+
+    let batches: Vec<(String, String, i32)> = sqlx::query_as(
+        "SELECT event_type, application_id, cardinality(event_ids) FROM webhook_event_batches ORDER BY event_type",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let expected = [("notification.delivered", "app_blog", 2), ("notification.failed", "app_blog", 1)];
+    let expected: Vec<(String, String, i32)> =
+        expected.iter().map(|(t, a, n)| (t.to_string(), a.to_string(), *n)).collect();
+    assert_eq!(batches, expected, "one batch per type of the blog's; none of the shop's");
+    // Every element matches its own notification, and its id lies within its batch.
+    let aligned = "SELECT COUNT(DISTINCT u.event_id) FROM webhook_event_batches b
+        CROSS JOIN LATERAL unnest(b.event_ids, b.subject_ids, b.datas, b.occurred_ats) AS u(event_id, subject_id, data, at)
+        JOIN notifications n ON n.id = u.subject_id
+        WHERE n.tenant_id = b.tenant_id AND n.application_id = b.application_id
+          AND 'notification.' || n.status = b.event_type AND n.updated_at = u.at
+          AND u.data = herald_webhook_changes(n.failure_reason, n.retryable, n.retry_count)
+          AND u.event_id BETWEEN b.first_id AND b.last_id";
+    assert_eq!(backend.count(&url, aligned).await, 3, "each event its own notification's");
+    let failed = "SELECT datas[1] FROM webhook_event_batches WHERE event_type = 'notification.failed'";
+    let data: String = sqlx::query_scalar(failed).fetch_one(&mut conn).await.unwrap();
+    let data: serde_json::Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(data["failure_reason"], "refused by the provider");
+    assert_eq!(data["retry_count"], 2);
+
+    // And the fan-out makes the blog's endpoint its three messages.
+    fan_out(&store).await;
+    let messages = "SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = 'whe_blog'";
+    assert_eq!(backend.count(&url, messages).await, 3);
+    store.close().await;
+}

@@ -2,8 +2,9 @@
 # migrations/postgres with a tenant and its application (and, for `paused`, one enabled endpoint,
 # paused: the dispatch table's down case; for `other`, one enabled endpoint subscribed to
 # `otp.verified` alone, which an in-app dispatch does not make), a VARIANT of this directory applied, and the writer's
-# own statement of 15 in-app dispatches (`INSERT_NOTIFICATIONS`, read from its source) with the
-# expressions of its 21 arrays, generated at each execution: 15 in-app notifications to users
+# own statement of 15 in-app dispatches (`INSERT_NOTIFICATIONS`, read from its source; another
+# number with STATEMENT_ROWS set) with the expressions of its 21 arrays, generated at each
+# execution: 15 in-app notifications to users
 # among 1,000, as the bench's dispatches are.
 #
 #   statement_setup URL SCHEMA none|paused|other VARIANT PGOPTIONS_EXTRA
@@ -31,10 +32,10 @@ statement_setup() {
     if [ -n "$setup_variant" ]; then
         psql "$setup_url" -qX -v ON_ERROR_STOP=1 -f "$setup_variant" >/dev/null
     fi
-    # 15 random ids (users: one of 1,000) at each execution (EXECUTE takes no subquery).
+    # STATEMENT_ROWS random ids (users: one of 1,000) at each execution (EXECUTE takes no subquery).
     psql "$setup_url" -qX -v ON_ERROR_STOP=1 -c "CREATE FUNCTION statement_random(kind TEXT) RETURNS TEXT[] LANGUAGE sql VOLATILE AS \$\$
         SELECT array_agg(CASE kind WHEN 'user' THEN 'user' || (random() * 1000)::int
-                                   ELSE kind || md5(random()::text) END) FROM generate_series(1, 15) \$\$;"
+                                   ELSE kind || md5(random()::text) END) FROM generate_series(1, ${STATEMENT_ROWS:-15}) \$\$;"
     statement=$(awk '/^const INSERT_NOTIFICATIONS: &str = "/ { f = 1; sub(/^const INSERT_NOTIFICATIONS: &str = "/, "") }
         f { if (/";$/) { sub(/";$/, ""); print; exit } print }' "$setup_root/daemon/src/store/notifications/writes.rs")
     [ -n "$statement" ] || { echo "INSERT_NOTIFICATIONS not found in writes.rs" >&2; exit 1; }
@@ -62,5 +63,5 @@ $(setup_random key)
 ARRAY['x']"
     arguments=$(printf '%s\n' "$argument_list" | paste -sd, -)
 }
-setup_fill() { echo "array_fill($1, ARRAY[15])"; }
+setup_fill() { echo "array_fill($1, ARRAY[${STATEMENT_ROWS:-15}])"; }
 setup_random() { echo "statement_random('$1')"; }
