@@ -210,9 +210,8 @@ async fn a_statement_writes_aligned_batches_and_takes_the_writers_lock_only_if_i
     .fetch_all(&mut conn)
     .await
     .unwrap();
+    let batches: Vec<_> = batches.iter().map(|(t, a, n)| (t.as_str(), a.as_str(), *n)).collect();
     let expected = [("notification.delivered", "app_blog", 2), ("notification.failed", "app_blog", 1)];
-    let expected: Vec<(String, String, i32)> =
-        expected.iter().map(|(t, a, n)| (t.to_string(), a.to_string(), *n)).collect();
     assert_eq!(batches, expected, "one batch per type of the blog's; none of the shop's");
     // Every element matches its own notification, and its id lies within its batch.
     let aligned = "SELECT COUNT(DISTINCT u.event_id) FROM webhook_event_batches b

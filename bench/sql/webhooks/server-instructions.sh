@@ -8,23 +8,13 @@
 #   bench/sql/webhooks/server-instructions.sh none|paused|other [N] [VARIANT.sql]
 set -eu
 mode=$1 n=${2:-200} variant=${3:+$(readlink -f "$3")}
-bin=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
-dir=$(mktemp -d) port=5439
-chown postgres "$dir"
-as_postgres() { runuser -u postgres -- "$@"; }
-as_postgres "$bin/initdb" -A trust -D "$dir/data" >/dev/null
-options="-p $port -k $dir -c listen_addresses='' -c synchronous_commit=off"
-as_postgres "$bin/pg_ctl" -s -D "$dir/data" -l "$dir/log" -o "$options" -w start
-url="postgresql:///postgres?host=$dir&port=$port&user=postgres"
-schema=herald_server_instructions
 . "$(dirname "$0")/statement-setup.sh"
+private_cluster
+schema=herald_server_instructions
 statement_setup "$url" "$schema" "$mode" "$variant" ""
 as_postgres "$bin/pg_ctl" -s -D "$dir/data" -m fast -w stop
 cp -a "$dir/data" "$dir/base"
-STATEMENT="$statement" ARGUMENTS="$argument_list" python3 -c '
-import os, re
-arguments = os.environ["ARGUMENTS"].split("\n")
-print(re.sub(r"\$([0-9]+)(?![0-9])", lambda m: arguments[int(m.group(1)) - 1], os.environ["STATEMENT"]) + ";")' >"$dir/script.sql"
+echo "$(statement_inline);" >"$dir/script.sql"
 chmod a+r "$dir/script.sql"
 instructions() {
     rm -rf "$dir/data" "$dir/cg"

@@ -20,10 +20,7 @@ schema=herald_statement_cpu
 statement_setup "$url" "$schema" "$mode" "$variant" "-c synchronous_commit=off"
 script=$(mktemp)
 # The statement with its arguments in place of `$1`…`$21` (pgbench then prepares it whole).
-STATEMENT="$statement" ARGUMENTS="$argument_list" python3 -c '
-import os, re
-arguments = os.environ["ARGUMENTS"].split("\n")
-print(re.sub(r"\$([0-9]+)(?![0-9])", lambda m: arguments[int(m.group(1)) - 1], os.environ["STATEMENT"]) + ";")' >"$script"
+echo "$(statement_inline);" >"$script"
 cpu() {
     { for p in $(pgrep -x postgres); do awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null; done
       awk '{print $16 + $17}' "/proc/$(pgrep -o -x postgres)/stat"; } | awk '{s += $1} END {print s}'

@@ -14,31 +14,18 @@
 # keeps cachegrind's per-function counts of each run.
 set -eu
 mode=$1 n=${2:-100} variant=${3:+$(readlink -f "$3")}
-bin=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
-dir=$(mktemp -d) port=5439
-chown postgres "$dir"
-as_postgres() { runuser -u postgres -- "$@"; }
-as_postgres "$bin/initdb" -A trust -D "$dir/data" >/dev/null
-as_postgres "$bin/pg_ctl" -s -D "$dir/data" -l "$dir/log" -o "-p $port -k $dir -c fsync=off -c listen_addresses=''" -w start
-url="postgresql:///postgres?host=$dir&port=$port&user=postgres"
-schema=herald_statement_instructions
 . "$(dirname "$0")/statement-setup.sh"
+private_cluster
+schema=herald_statement_instructions
 statement_setup "$url" "$schema" "$mode" "$variant" ""
 as_postgres "$bin/pg_ctl" -s -D "$dir/data" -m fast -w stop
 # Each count starts from this state (a seeded random() then makes the same statements).
 cp -a "$dir/data" "$dir/base"
 # One statement with its arguments in place of `$1`…`$21`, prepared once, executed `count` times.
 script() {
-    STATEMENT="$statement" ARGUMENTS="$argument_list" COUNT=$1 SCHEMA=$schema python3 -c '
-import os, re
-arguments = os.environ["ARGUMENTS"].split("\n")
-body = re.sub(r"\$([0-9]+)(?![0-9])", lambda m: arguments[int(m.group(1)) - 1], os.environ["STATEMENT"])
-print("SET search_path = " + os.environ["SCHEMA"] + ";\n")
-print("SET synchronous_commit = off;\n")
-print("SELECT setseed(0.5);\n")
-print("PREPARE s AS " + body + ";\n")
-for _ in range(int(os.environ["COUNT"])):
-    print("EXECUTE s;\n")'
+    printf 'SET search_path = %s;\n\nSET synchronous_commit = off;\n\nSELECT setseed(0.5);\n\n' "$schema"
+    printf 'PREPARE s AS %s;\n\n' "$(statement_inline)"
+    for _ in $(seq 1 "$1"); do printf 'EXECUTE s;\n\n'; done
 }
 instructions() {
     rm -rf "$dir/data"

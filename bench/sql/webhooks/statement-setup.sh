@@ -1,4 +1,4 @@
-# Sourced by statement-work.sh and statement-cpu.sh (sh and bash): a schema made from
+# Sourced by statement-work.sh, statement-cpu.sh and the two *-instructions.sh (sh and bash): a schema made from
 # migrations/postgres with a tenant and its application (and, for `paused`, one enabled endpoint,
 # paused: the dispatch table's down case; for `other`, one enabled endpoint subscribed to
 # `otp.verified` alone, which an in-app dispatch does not make), a VARIANT of this directory applied, and the writer's
@@ -65,3 +65,25 @@ ARRAY['x']"
 }
 setup_fill() { echo "array_fill($1, ARRAY[${STATEMENT_ROWS:-15}])"; }
 setup_random() { echo "statement_random('$1')"; }
+
+# The statement with its arguments in place of `$1`…`$21` (after statement_setup), without its
+# semicolon: a whole statement pgbench prepares, or the body of a `PREPARE`.
+statement_inline() {
+    STATEMENT="$statement" ARGUMENTS="$argument_list" python3 -c '
+import os, re
+arguments = os.environ["ARGUMENTS"].split("\n")
+print(re.sub(r"\$([0-9]+)(?![0-9])", lambda m: arguments[int(m.group(1)) - 1], os.environ["STATEMENT"]))'
+}
+
+# A private cluster for the valgrind scripts (run as root; the cluster as the `postgres` user):
+# made in a new temporary directory `dir`, started on a socket there with `fsync` off. Sets
+# `bin`, `dir`, `port` and `url`; `as_postgres CMD…` runs CMD as that user.
+private_cluster() {
+    bin=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
+    dir=$(mktemp -d) port=5439
+    chown postgres "$dir"
+    as_postgres "$bin/initdb" -A trust -D "$dir/data" >/dev/null
+    as_postgres "$bin/pg_ctl" -s -D "$dir/data" -l "$dir/log" -o "-p $port -k $dir -c fsync=off -c listen_addresses=''" -w start
+    url="postgresql:///postgres?host=$dir&port=$port&user=postgres"
+}
+as_postgres() { runuser -u postgres -- "$@"; }
