@@ -234,3 +234,49 @@ async fn a_statement_writes_aligned_batches_and_takes_the_writers_lock_only_if_i
     assert_eq!(backend.count(&url, messages).await, 3);
     store.close().await;
 }
+
+/// PostgreSQL (migration 0026): a batch of a statement of 120 in-app notifications (some 7 KB,
+/// past the 2 KB at which PostgreSQL would compress its largest values) is stored as written,
+/// uncompressed: pglz on a batch's ids had cost the trigger a fifth of its instructions at 30
+/// rows and two fifths at 120 (docs/PERFORMANCE.md). Its events are all there and fanned out.
+#[tokio::test]
+async fn a_statements_batch_is_stored_uncompressed_up_to_a_page() {
+    let backend = Backend::Postgres;
+    if !backend.available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    let application = format!(
+        "INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_feed', '{tenant}', 'Feed', 1)"
+    );
+    let endpoint = format!(
+        "INSERT INTO webhook_endpoints (id, tenant_id, url, status, created_at, updated_at)
+         VALUES ('whe_all', '{tenant}', 'https://hooks.example.com/all', 'enabled', 1, 1)"
+    );
+    // Ids as long as the daemon's (a prefix and a ULID).
+    let rows: Vec<String> = (0..120)
+        .map(|i| {
+            format!(
+                "('ntf_01kb{i:022}', '{tenant}', 'app_feed', 'in_app', 'user_{i}', 'u****', 'Hi', 'delivered', {at}, {at})",
+                at = 1_000 + i
+            )
+        })
+        .collect();
+    let insert = format!(
+        "INSERT INTO notifications (id, tenant_id, application_id, channel, recipient, recipient_masked, body,
+                                    status, created_at, updated_at)
+         VALUES {}",
+        rows.join(", ")
+    );
+    backend.execute(&url, &[application, endpoint, insert]).await;
+    let stored = "SELECT COUNT(*) FROM webhook_event_batches
+        WHERE cardinality(event_ids) = 120 AND pg_column_compression(subject_ids) IS NULL
+          AND pg_column_compression(event_ids) IS NULL AND pg_column_compression(occurred_ats) IS NULL
+          AND pg_column_size(subject_ids) > 3000";
+    assert_eq!(backend.count(&url, stored).await, 1, "one batch of 120, its arrays as written");
+    fan_out(&store).await;
+    let messages = "SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = 'whe_all'";
+    assert_eq!(backend.count(&url, messages).await, 120);
+    store.close().await;
+}

@@ -1,0 +1,11 @@
+-- A batch row (migration 0023) is kept as it is written, uncompressed, up to a page: one of a
+-- writer's statement of 30 in-app dispatches is some 2 KB, past the 2 KB at which PostgreSQL
+-- tries to compress a row's largest values (pglz, `toast_tuple_target`'s default), and pglz on
+-- its ids cost the notifications' trigger a fifth of what it adds to that statement: counted
+-- under valgrind (bench/sql/webhooks/statement-instructions.sh, docs/PERFORMANCE.md,
+-- twenty-eighth session), one endpoint wanting the dispatches' events added 865,000 instructions
+-- to a statement of 30 and 689,000 with this; 3,141,000 and 1,863,000 to one of 120. The WAL
+-- grows by about 160 bytes a statement of 30 (the ids compressed little). A batch wider than a
+-- page (some 140 events) is still compressed and moved out of line, as before. Batches live
+-- for moments (deleted once fanned out or expanded), so their size on disk does not matter.
+ALTER TABLE webhook_event_batches SET (toast_tuple_target = 8160);
