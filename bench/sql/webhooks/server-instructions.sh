@@ -9,11 +9,8 @@
 set -eu
 mode=$1 n=${2:-200} variant=${3:+$(readlink -f "$3")}
 . "$(dirname "$0")/statement-setup.sh"
-private_cluster
 schema=herald_server_instructions
-statement_setup "$url" "$schema" "$mode" "$variant" ""
-as_postgres "$bin/pg_ctl" -s -D "$dir/data" -m fast -w stop
-cp -a "$dir/data" "$dir/base"
+private_base "$schema" "$mode" "$variant"
 echo "$(statement_inline);" >"$dir/script.sql"
 chmod a+r "$dir/script.sql"
 instructions() {

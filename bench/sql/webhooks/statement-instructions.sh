@@ -15,12 +15,8 @@
 set -eu
 mode=$1 n=${2:-100} variant=${3:+$(readlink -f "$3")}
 . "$(dirname "$0")/statement-setup.sh"
-private_cluster
 schema=herald_statement_instructions
-statement_setup "$url" "$schema" "$mode" "$variant" ""
-as_postgres "$bin/pg_ctl" -s -D "$dir/data" -m fast -w stop
-# Each count starts from this state (a seeded random() then makes the same statements).
-cp -a "$dir/data" "$dir/base"
+private_base "$schema" "$mode" "$variant"
 # One statement with its arguments in place of `$1`…`$21`, prepared once, executed `count` times.
 script() {
     printf 'SET search_path = %s;\n\nSET synchronous_commit = off;\n\nSELECT setseed(0.5);\n\n' "$schema"

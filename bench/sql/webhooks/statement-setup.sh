@@ -87,3 +87,13 @@ private_cluster() {
     url="postgresql:///postgres?host=$dir&port=$port&user=postgres"
 }
 as_postgres() { runuser -u postgres -- "$@"; }
+
+# A private cluster with the schema SCHEMA made (statement_setup with MODE and VARIANT), stopped
+# and copied to `$dir/base`: each count starts from that copy (a seeded random() then makes the
+# same statements).
+private_base() {
+    private_cluster
+    statement_setup "$url" "$1" "$2" "$3" ""
+    as_postgres "$bin/pg_ctl" -s -D "$dir/data" -m fast -w stop
+    cp -a "$dir/data" "$dir/base"
+}
