@@ -383,7 +383,7 @@ async fn deliveries(
     if backend == Backend::Postgres {
         // And those still in their writer statement's batch (migration 0023).
         owed.push_str(&format!(
-            " + (SELECT COALESCE(SUM(cardinality(b.event_ids)), 0) FROM webhook_event_batches b
+            " + (SELECT COALESCE(SUM(cardinality(b.subject_ids)), 0) FROM webhook_event_batches b
                  JOIN webhook_endpoints e ON e.id = '{dead}'
                  WHERE b.tenant_id = e.tenant_id AND b.last_id > e.paused_after)"
         ));

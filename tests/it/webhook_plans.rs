@@ -206,8 +206,9 @@ async fn an_emptied_outbox_leaves_claims_and_settlements_cheap(backend: Backend)
         format!(
             "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status, next_attempt_at,
                                            created_at, updated_at)
-             SELECT endpoint_id, id, event_type, subject_id, 'pending', 1000 + id, 1, 1 FROM webhook_events
-             WHERE endpoint_id = '{removed}' AND id < (SELECT MIN(id) FROM webhook_events) + 90000
+             SELECT endpoint_id, id, event_type, subject_id, 'pending', 1000 + n, 1, 1
+             FROM (SELECT v.*, row_number() OVER (ORDER BY v.id) AS n FROM webhook_events v) v
+             WHERE endpoint_id = '{removed}' AND n <= 90000
              ORDER BY id"
         ),
         format!(
@@ -232,8 +233,9 @@ async fn an_emptied_outbox_leaves_claims_and_settlements_cheap(backend: Backend)
             &[format!(
                 "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status, next_attempt_at,
                                                created_at, updated_at)
-                 SELECT '{endpoint}', id, event_type, 'pair_' || (id / 2), 'pending', 5, 1, 1 FROM webhook_events
-                 WHERE id >= (SELECT MIN(id) FROM webhook_events) + 90000 ORDER BY id"
+                 SELECT '{endpoint}', id, event_type, 'pair_' || (n / 2), 'pending', 5, 1, 1
+                 FROM (SELECT v.*, row_number() OVER (ORDER BY v.id) AS n FROM webhook_events v) v
+                 WHERE n > 90000 ORDER BY id"
             )],
         )
         .await;

@@ -20,7 +20,7 @@ async fn only_the_events_an_endpoint_wants_are_written(backend: Backend) {
     let written = |event_type: &'static str| {
         let batched = if backend == Backend::Postgres {
             format!(
-                " + (SELECT COALESCE(SUM(cardinality(event_ids)), 0) FROM webhook_event_batches
+                " + (SELECT COALESCE(SUM(cardinality(subject_ids)), 0) FROM webhook_event_batches
                      WHERE event_type = '{event_type}')"
             )
         } else {
@@ -205,7 +205,7 @@ async fn a_statement_writes_aligned_batches_and_takes_the_writers_lock_only_if_i
     sqlx::query("COMMIT").execute(&mut conn).await.unwrap();
 
     let batches: Vec<(String, String, i32)> = sqlx::query_as(
-        "SELECT event_type, application_id, cardinality(event_ids) FROM webhook_event_batches ORDER BY event_type",
+        "SELECT event_type, application_id, cardinality(subject_ids) FROM webhook_event_batches ORDER BY event_type",
     )
     .fetch_all(&mut conn)
     .await
@@ -214,13 +214,15 @@ async fn a_statement_writes_aligned_batches_and_takes_the_writers_lock_only_if_i
     let expected = [("notification.delivered", "app_blog", 2), ("notification.failed", "app_blog", 1)];
     assert_eq!(batches, expected, "one batch per type of the blog's; none of the shop's");
     // Every element matches its own notification, and its id lies within its batch.
-    let aligned = "SELECT COUNT(DISTINCT u.event_id) FROM webhook_event_batches b
-        CROSS JOIN LATERAL unnest(b.event_ids, b.subject_ids, b.datas, b.occurred_ats) AS u(event_id, subject_id, data, at)
+    let aligned =
+        "SELECT COUNT(DISTINCT COALESCE(u.event_id, b.first_id + u.place - 1)) FROM webhook_event_batches b
+        CROSS JOIN LATERAL unnest(b.event_ids, b.subject_ids, b.datas, b.occurred_ats) WITH ORDINALITY
+            AS u(event_id, subject_id, data, at, place)
         JOIN notifications n ON n.id = u.subject_id
         WHERE n.tenant_id = b.tenant_id AND n.application_id = b.application_id
           AND 'notification.' || n.status = b.event_type AND n.updated_at = u.at
           AND u.data = herald_webhook_changes(n.failure_reason, n.retryable, n.retry_count)
-          AND u.event_id BETWEEN b.first_id AND b.last_id";
+          AND COALESCE(u.event_id, b.first_id + u.place - 1) BETWEEN b.first_id AND b.last_id";
     assert_eq!(backend.count(&url, aligned).await, 3, "each event its own notification's");
     let failed = "SELECT datas[1] FROM webhook_event_batches WHERE event_type = 'notification.failed'";
     let data: String = sqlx::query_scalar(failed).fetch_one(&mut conn).await.unwrap();
@@ -271,12 +273,96 @@ async fn a_statements_batch_is_stored_uncompressed_up_to_a_page() {
     );
     backend.execute(&url, &[application, endpoint, insert]).await;
     let stored = "SELECT COUNT(*) FROM webhook_event_batches
-        WHERE cardinality(event_ids) = 120 AND pg_column_compression(subject_ids) IS NULL
-          AND pg_column_compression(event_ids) IS NULL AND pg_column_compression(occurred_ats) IS NULL
+        WHERE cardinality(subject_ids) = 120 AND pg_column_compression(subject_ids) IS NULL
+          AND pg_column_compression(datas) IS NULL AND pg_column_compression(occurred_ats) IS NULL
           AND pg_column_size(subject_ids) > 3000";
     assert_eq!(backend.count(&url, stored).await, 1, "one batch of 120, its arrays as written");
     fan_out(&store).await;
     let messages = "SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = 'whe_all'";
     assert_eq!(backend.count(&url, messages).await, 120);
+    store.close().await;
+}
+
+/// PostgreSQL (migration 0027): the events' sequence hands out blocks of 1,024 ids. A statement's
+/// batch of up to 1,024 events takes one block and keeps no array of ids (its events are
+/// `first_id` to `last_id`, in the order of its arrays); a larger one takes a block per 1,024
+/// and keeps its ids. An event written after them (a row) is above all of them, and so is what
+/// `herald_webhook_events_issued()` says; once expanded and fanned out, every event has its own
+/// id and each notification's `read` follows its `delivered`.
+#[tokio::test]
+async fn a_batch_takes_a_block_of_ids_and_a_larger_one_a_block_per_1024() {
+    let backend = Backend::Postgres;
+    if !backend.available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    let setup = [
+        format!(
+            "INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_feed', '{tenant}', 'Feed', 1)"
+        ),
+        format!(
+            "INSERT INTO webhook_endpoints (id, tenant_id, url, status, created_at, updated_at)
+             VALUES ('whe_all', '{tenant}', 'https://hooks.example.com/all', 'enabled', 1, 1)"
+        ),
+    ];
+    backend.execute(&url, &setup).await;
+    let insert = |prefix: &str, n: usize| {
+        let rows: Vec<String> = (0..n)
+            .map(|i| {
+                format!(
+                    "('ntf_{prefix}{i:05}', '{tenant}', 'app_feed', 'in_app', 'user_{i}', 'u****', 'Hi', 'delivered', 5, 5)"
+                )
+            })
+            .collect();
+        format!(
+            "INSERT INTO notifications (id, tenant_id, application_id, channel, recipient, recipient_masked, body,
+                                        status, created_at, updated_at)
+             VALUES {}",
+            rows.join(", ")
+        )
+    };
+    backend.execute(&url, &[insert("small", 3), insert("large", 1_100)]).await;
+    let small = "SELECT COUNT(*) FROM webhook_event_batches
+        WHERE subject_ids[1] LIKE 'ntf_small%' AND event_ids IS NULL AND last_id - first_id = 2 AND cardinality(subject_ids) = 3";
+    assert_eq!(backend.count(&url, small).await, 1, "three events, one block, no array of ids");
+    let large = "SELECT COUNT(*) FROM webhook_event_batches
+        WHERE subject_ids[1] LIKE 'ntf_large%' AND cardinality(event_ids) = 1100 AND cardinality(subject_ids) = 1100
+          AND event_ids[1] = first_id AND event_ids[1100] = last_id
+          AND event_ids[1024] = first_id + 1023 AND event_ids[1025] >= first_id + 1024
+          AND event_ids[1025] % 1024 = first_id % 1024 AND event_ids[1100] = event_ids[1025] + 75
+          AND first_id > (SELECT last_id FROM webhook_event_batches WHERE subject_ids[1] LIKE 'ntf_small%')";
+    assert_eq!(backend.count(&url, large).await, 1, "1,100 events, two blocks, their ids kept");
+    // A status change: its event is a row, its id from a later block than every batch's.
+    let read =
+        "UPDATE notifications SET status = 'read', updated_at = 6 WHERE id = 'ntf_small00001'".to_owned();
+    backend.execute(&url, &[read]).await;
+    let above = "SELECT COUNT(*) FROM webhook_events
+        WHERE event_type = 'notification.read' AND id > (SELECT MAX(last_id) FROM webhook_event_batches)
+          AND id % 1024 = (SELECT MIN(first_id) FROM webhook_event_batches) % 1024
+          AND herald_webhook_events_issued() = id + 1023";
+    assert_eq!(backend.count(&url, above).await, 1, "the row's id starts the last block issued");
+    fan_out(&store).await;
+    let messages =
+        "SELECT COUNT(*), COUNT(DISTINCT event_id) FROM webhook_messages WHERE endpoint_id = 'whe_all'";
+    let mut conn = {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&url).await.unwrap()
+    };
+    let (all, distinct): (i64, i64) = sqlx::query_as(messages).fetch_one(&mut conn).await.unwrap();
+    assert_eq!((all, distinct), (1_104, 1_104), "a message for every event, each its own id");
+    let ordered =
+        "SELECT COUNT(*) FROM webhook_messages d JOIN webhook_messages r ON r.subject_id = d.subject_id
+        WHERE d.subject_id = 'ntf_small00001' AND d.event_type = 'notification.delivered'
+          AND r.event_type = 'notification.read' AND d.event_id < r.event_id";
+    assert_eq!(backend.count(&url, ordered).await, 1, "read after delivered");
+    let placed = "SELECT COUNT(*) FROM webhook_events v JOIN webhook_messages m ON m.event_id = v.id
+        WHERE v.subject_id = 'ntf_small00002' AND v.event_type = 'notification.delivered'
+          AND v.id = (SELECT MIN(id) FROM webhook_events WHERE subject_id LIKE 'ntf_small%') + 2";
+    assert_eq!(
+        backend.count(&url, placed).await,
+        1,
+        "the third event of its batch, the third id of its block"
+    );
     store.close().await;
 }
