@@ -17,7 +17,7 @@ use crate::{state::AppState, store::FanOutLock};
 /// How often it looks (a read of the endpoints' table): a disabled endpoint's last events reach
 /// its `deliveries` within about this long.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
-/// Event ids per group: a group's statement reads at most this many events and makes a failed
+/// Events per group, about: a group's statement reads about this many events and makes a failed
 /// message for each the endpoint wants (on PostgreSQL 1,000 took 11 ms, 10,000 took 46 ms, with
 /// every event writer waiting behind the lock).
 const RANGE: i64 = 2_000;

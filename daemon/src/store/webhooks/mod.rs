@@ -27,6 +27,11 @@ pub use dispatch::{
 
 use super::{Conn, Engine, Store, StoreResult, execute, fetch, scalar};
 
+/// PostgreSQL's events take their ids in blocks of this many (migration 0027): an event written
+/// as a row takes a block, a batch of up to this many a block for all of its events. So a range
+/// of ids holds at most one row event per this many ids, and any number of a batch's.
+pub(crate) const EVENT_ID_BLOCK: i64 = 1024;
+
 /// How a pause, a catch-up or a settling waits for the fan-out's cursor (PostgreSQL: its row,
 /// which a fan-out holds while it makes a group's messages).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -225,8 +225,9 @@ pub(super) async fn mark_unsettled(conn: &mut Conn<'_>, endpoint_id: &WebhookEnd
 }
 
 impl Store {
-    /// Settles the endpoints disabled since ([`mark_unsettled`] says why), a group of at most
-    /// `range` event ids each at a time: every event in it that the endpoint wants and has no
+    /// Settles the endpoints disabled since ([`mark_unsettled`] says why), a group of about
+    /// `range` events each at a time (event ids on SQLite, where they are dense; on PostgreSQL
+    /// `range` blocks of ids, [`super::EVENT_ID_BLOCK`]): every event in it that the endpoint wants and has no
     /// message for becomes a failed message, and its mark moves past the group; at the last
     /// event, its pending messages fail and the mark is cleared. The last event is where the
     /// fan-out has come (PostgreSQL: its cursor's row locked, so that no fan-out runs meanwhile;
@@ -282,10 +283,14 @@ impl Store {
                         scalar!(conn, fetch_one, i64, "SELECT COALESCE(MAX(id), 0) FROM webhook_events")?;
                     (last, fetch!(conn, fetch_all, (WebhookEndpointId, i64), UNSETTLED)?)
                 };
+                // A group of about `range` events: on PostgreSQL a row event takes a block of
+                // ids, so `range` blocks hold at most `range` rows, and of the batches among
+                // them about `range` events are made rows (the first left ends the group).
+                let ids = if postgres { range.saturating_mul(super::EVENT_ID_BLOCK) } else { range };
                 let mut settled = 0;
                 for (id, after) in &unsettled {
-                    let to = last.min(after.saturating_add(range));
-                    let to = owed_as_rows(conn, id, *after, to, i64::MAX).await?;
+                    let to = last.min(after.saturating_add(ids));
+                    let to = owed_as_rows(conn, id, *after, to, range).await?;
                     let sql = owed_messages(conn.engine(), false);
                     let _: Vec<i64> = scalar!(conn, fetch_all, i64, sql, id, *after, to, i64::MAX, now)?;
                     // PostgreSQL: until the fan-out has passed every event id issued once the
