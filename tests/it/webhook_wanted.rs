@@ -249,28 +249,9 @@ async fn a_statements_batch_is_stored_uncompressed_up_to_a_page() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (store, tenant, url) = open(backend, dir.path()).await;
-    let application = format!(
-        "INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_feed', '{tenant}', 'Feed', 1)"
-    );
-    let endpoint = format!(
-        "INSERT INTO webhook_endpoints (id, tenant_id, url, status, created_at, updated_at)
-         VALUES ('whe_all', '{tenant}', 'https://hooks.example.com/all', 'enabled', 1, 1)"
-    );
     // Ids as long as the daemon's (a prefix and a ULID).
-    let rows: Vec<String> = (0..120)
-        .map(|i| {
-            format!(
-                "('ntf_01kb{i:022}', '{tenant}', 'app_feed', 'in_app', 'user_{i}', 'u****', 'Hi', 'delivered', {at}, {at})",
-                at = 1_000 + i
-            )
-        })
-        .collect();
-    let insert = format!(
-        "INSERT INTO notifications (id, tenant_id, application_id, channel, recipient, recipient_masked, body,
-                                    status, created_at, updated_at)
-         VALUES {}",
-        rows.join(", ")
-    );
+    let insert = feed_statement(&tenant, 120, |i| format!("ntf_01kb{i:022}"), |i| 1_000 + i);
+    let [application, endpoint] = feed_and_endpoint(&tenant);
     backend.execute(&url, &[application, endpoint, insert]).await;
     let stored = "SELECT COUNT(*) FROM webhook_event_batches
         WHERE cardinality(subject_ids) = 120 AND pg_column_compression(subject_ids) IS NULL
@@ -297,31 +278,8 @@ async fn a_batch_takes_a_block_of_ids_and_a_larger_one_a_block_per_1024() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (store, tenant, url) = open(backend, dir.path()).await;
-    let setup = [
-        format!(
-            "INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_feed', '{tenant}', 'Feed', 1)"
-        ),
-        format!(
-            "INSERT INTO webhook_endpoints (id, tenant_id, url, status, created_at, updated_at)
-             VALUES ('whe_all', '{tenant}', 'https://hooks.example.com/all', 'enabled', 1, 1)"
-        ),
-    ];
-    backend.execute(&url, &setup).await;
-    let insert = |prefix: &str, n: usize| {
-        let rows: Vec<String> = (0..n)
-            .map(|i| {
-                format!(
-                    "('ntf_{prefix}{i:05}', '{tenant}', 'app_feed', 'in_app', 'user_{i}', 'u****', 'Hi', 'delivered', 5, 5)"
-                )
-            })
-            .collect();
-        format!(
-            "INSERT INTO notifications (id, tenant_id, application_id, channel, recipient, recipient_masked, body,
-                                        status, created_at, updated_at)
-             VALUES {}",
-            rows.join(", ")
-        )
-    };
+    backend.execute(&url, &feed_and_endpoint(&tenant)).await;
+    let insert = |prefix: &str, n| feed_statement(&tenant, n, |i| format!("ntf_{prefix}{i:05}"), |_| 5);
     backend.execute(&url, &[insert("small", 3), insert("large", 1_100)]).await;
     let small = "SELECT COUNT(*) FROM webhook_event_batches
         WHERE subject_ids[1] LIKE 'ntf_small%' AND event_ids IS NULL AND last_id - first_id = 2 AND cardinality(subject_ids) = 3";
@@ -365,4 +323,43 @@ async fn a_batch_takes_a_block_of_ids_and_a_larger_one_a_block_per_1024() {
         "the third event of its batch, the third id of its block"
     );
     store.close().await;
+}
+
+/// PostgreSQL: the tenant's application `app_feed` and its endpoint `whe_all`, which wants every
+/// event.
+fn feed_and_endpoint(tenant: &herald_common::ids::TenantId) -> [String; 2] {
+    [
+        format!(
+            "INSERT INTO applications (id, tenant_id, name, created_at) VALUES ('app_feed', '{tenant}', 'Feed', 1)"
+        ),
+        format!(
+            "INSERT INTO webhook_endpoints (id, tenant_id, url, status, created_at, updated_at)
+             VALUES ('whe_all', '{tenant}', 'https://hooks.example.com/all', 'enabled', 1, 1)"
+        ),
+    ]
+}
+
+/// One statement inserting `n` delivered in-app notifications of `app_feed`, the `i`th with the
+/// id `id(i)`, created and updated at `at(i)`.
+fn feed_statement(
+    tenant: &herald_common::ids::TenantId,
+    n: usize,
+    id: impl Fn(usize) -> String,
+    at: impl Fn(usize) -> usize,
+) -> String {
+    let rows: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                "('{id}', '{tenant}', 'app_feed', 'in_app', 'user_{i}', 'u****', 'Hi', 'delivered', {at}, {at})",
+                id = id(i),
+                at = at(i)
+            )
+        })
+        .collect();
+    format!(
+        "INSERT INTO notifications (id, tenant_id, application_id, channel, recipient, recipient_masked, body,
+                                    status, created_at, updated_at)
+         VALUES {}",
+        rows.join(", ")
+    )
 }
