@@ -87,7 +87,15 @@ async fn owed_as_rows(
 /// A pending one waits behind an earlier pending message about the same subject, as the
 /// fan-out's do.
 fn owed_messages_sql(engine: Engine, pending: bool) -> String {
-    let greatest = if engine == Engine::Postgres { "GREATEST" } else { "MAX" };
+    // PostgreSQL: only the messages due after the event occurred, as the fan-out's probe
+    // (migration 0028): on statistics that count no pending message, the planner may take
+    // `webhook_messages_due` for the probe, which then reads only those, not every pending
+    // message of the endpoint.
+    let (greatest, later) = if engine == Engine::Postgres {
+        ("GREATEST", "AND p.next_attempt_at > v.occurred_at")
+    } else {
+        ("MAX", "")
+    };
     let (status, due) = if pending {
         (
             "pending",
@@ -95,7 +103,7 @@ fn owed_messages_sql(engine: Engine, pending: bool) -> String {
                 "{greatest}(v.occurred_at, COALESCE((
                     SELECT MAX(+p.next_attempt_at) FROM webhook_messages p
                     WHERE p.endpoint_id = e.id AND p.subject_id = v.subject_id
-                      AND p.status = 'pending' AND p.lease IS NULL), 0))"
+                      AND p.status = 'pending' AND p.lease IS NULL {later}), 0))"
             ),
         )
     } else {
