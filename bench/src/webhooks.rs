@@ -32,7 +32,8 @@
 //!    its arrival minus the event's `timestamp` (when the change committed): event → first attempt.
 //!    With `HERALD_BENCH_TIMELINE` set, each step also lists its 100 ms spells (by the events'
 //!    timestamps) whose slowest first attempt took over 50 ms: when a tail happened, and whether
-//!    the dispatches themselves slowed then (fewer events in the spell). With
+//!    the dispatches themselves slowed then (fewer events in the spell), and the step's first
+//!    event as a wall clock (to set beside the database server's log). With
 //!    `HERALD_BENCH_DAEMON_LOG=FILE` the daemon's log is kept there (`HERALD_BENCH_LOG` sets its
 //!    filter, e.g. `info,herald_daemon::delivery::webhooks=debug` for each fan-out call and
 //!    hold-back).
@@ -260,6 +261,8 @@ async fn paced_lags(
 /// whose slowest first attempt took over 50 ms, to see when a step's tail happened.
 fn print_slow_spells(timeline: &[(i64, i64)]) {
     let Some(start) = timeline.iter().map(|(at, _)| *at).min() else { return };
+    // The step's start as a wall clock, to set beside the database server's log.
+    println!("  (the step's first event at {})", Timestamp::from_millis(start));
     let mut spells: std::collections::BTreeMap<i64, (usize, i64)> = Default::default();
     for (at, lag) in timeline {
         let spell = spells.entry((at - start) / 100).or_default();
