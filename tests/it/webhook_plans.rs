@@ -1,12 +1,13 @@
 //! PostgreSQL's plans for the outbox's statements when its statistics are stale: after a burst
-//! to an endpoint the statistics did not know, and after a removal emptied the table. Each test
+//! to an endpoint the statistics did not know, after a removal emptied the table, and in a burst
+//! after statistics gathered while nothing was pending. Each test
 //! runs on SQLite too, which has no statistics to go stale; each says what it checks there.
 
-use herald_common::api::webhooks::MessageStatus;
+use herald_common::api::webhooks::{EndpointStatus, MessageStatus};
 use herald_daemon::store::Verdict;
 use herald_tests::{Backend, both_backends};
 
-use super::webhook_store::{add_endpoint, attempt, open};
+use super::webhook_store::{add_endpoint, add_endpoint_as, attempt, fan_out, open};
 
 /// PostgreSQL's plan of the fan-out's probe for a subject's pending messages, for a burst of
 /// 20,000 to `whe_new` (the probe runs once per event of a dispatch).
@@ -316,14 +317,7 @@ async fn a_bursts_fan_out_reads_only_the_messages_it_waits_behind(backend: Backe
     const NEW: i64 = 200;
     let dir = tempfile::tempdir().unwrap();
     let (store, tenant, url) = open(backend, dir.path()).await;
-    let old = super::webhook_store::add_endpoint_as(
-        &store,
-        &tenant,
-        None,
-        None,
-        herald_common::api::webhooks::EndpointStatus::Disabled,
-    )
-    .await;
+    let old = add_endpoint_as(&store, &tenant, None, None, EndpointStatus::Disabled).await;
     let endpoint = add_endpoint(&store, &tenant, None).await;
     // Subjects as long as Herald's ids, so the burst's messages make the order index deeper.
     let subject = "'ntf_01m8py67q8evy97eec7sjwb7tx_' || n";
@@ -389,7 +383,7 @@ async fn a_bursts_fan_out_reads_only_the_messages_it_waits_behind(backend: Backe
             NEW + 1
         );
     } else {
-        assert_eq!(super::webhook_store::fan_out(&store).await, NEW + 1);
+        assert_eq!(fan_out(&store).await, NEW + 1);
     }
     let due = |subject: &str| {
         format!(
