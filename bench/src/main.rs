@@ -162,6 +162,9 @@ enum Command {
         /// Only the dispatch-cost table (and, unless `--seconds 0`, its steady part).
         #[arg(long)]
         dispatch_only: bool,
+        /// Only the throughput step (2), then stop: to compare builds on that step alone.
+        #[arg(long, conflicts_with = "dispatch_only")]
+        throughput_only: bool,
         /// PostgreSQL: SQL run in the bench's schema once the daemon has migrated it, before
         /// anything is measured: a variant of the migrations' functions or triggers, to take
         /// a cost apart (bench/sql/webhooks/ holds those of docs/PERFORMANCE.md).
@@ -511,6 +514,7 @@ async fn run() -> anyhow::Result<()> {
             rounds,
             warm_up,
             dispatch_only,
+            throughput_only,
             postgres_sql,
             down_control,
             other_events,
@@ -527,6 +531,7 @@ async fn run() -> anyhow::Result<()> {
                 rounds,
                 warm_up,
                 dispatch_only,
+                throughput_only,
                 postgres_sql,
                 down_control,
                 other_events,

@@ -27,7 +27,8 @@
 //!    Then the same three at a steady `--rate` (1b): the API's answer times when the machine is
 //!    not saturated, what an integrator's request sees.
 //! 2. **Throughput**: `--fan-out` endpoints subscribed, `--events` dispatches as fast as they are
-//!    taken; deliveries per second from the first dispatch to the last delivery.
+//!    taken; deliveries per second from the first dispatch to the last delivery. With
+//!    `--throughput-only`, the run stops after it (to compare builds on this step alone).
 //! 3. **Latency**: one endpoint, `--rate` dispatches a second for `--seconds`; for each delivery,
 //!    its arrival minus the event's `timestamp` (when the change committed): event → first attempt.
 //!    With `HERALD_BENCH_TIMELINE` set, each step also lists its 100 ms spells (by the events'
@@ -90,6 +91,7 @@ pub struct Options {
     pub rounds: usize,
     pub warm_up: usize,
     pub dispatch_only: bool,
+    pub throughput_only: bool,
     pub postgres_sql: Option<PathBuf>,
     pub down_control: bool,
     pub other_events: bool,
@@ -314,6 +316,9 @@ async fn deliveries(
     for id in ids {
         api.remove_endpoint(&id).await?;
     }
+    if o.throughput_only {
+        return Ok(());
+    }
 
     // 3. Latency at a steady rate, one endpoint (each delivery's arrival against its event's
     //    timestamp: event → first attempt).
@@ -494,6 +499,11 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     let mut grown = 2_000;
     if !o.dispatch_only {
         deliveries(&api, &receiver, &o, engine, (backend, &database_url)).await?;
+        if o.throughput_only {
+            let mut child = d.child;
+            let _ = child.kill().await;
+            return Ok(());
+        }
         grown += o.events + 2 * o.backlog + 4 * o.rate * o.seconds as usize;
     }
 
