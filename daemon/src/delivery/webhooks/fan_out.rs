@@ -135,7 +135,14 @@ mod tests {
     /// a look finds one (written since).
     #[test]
     fn the_hold_back_counts_from_the_events_an_endpoint_wants() {
-        let mut saturated = Pressure { at: Instant::now(), batches: 100, operations: 100, saturated: true };
+        let mut saturated = Pressure {
+            at: Instant::now(),
+            batches: 100,
+            operations: 100,
+            full_since: None,
+            window: super::super::BUSY_WINDOW,
+            saturated: true,
+        };
         let mut waiting = Waiting { since: Some(0), looked: 0 };
         assert!(!waiting.look_due(999));
         assert!(waiting.look_due(1_000));

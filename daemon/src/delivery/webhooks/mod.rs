@@ -99,8 +99,18 @@ const LINGER: Duration = Duration::from_millis(5);
 /// the deliveries catch up once it is not.
 const LINGER_BUSY: Duration = Duration::from_millis(100);
 /// The writer counts as saturated while its batches over the last [`BUSY_WINDOW`] held this many
-/// writes on average or more (at a steady load each batch holds about one).
+/// writes on average or more (at a steady load each batch holds about one), and it takes them
+/// at a burst's rate ([`BUSY_RATE`]) or has done so for [`BUSY_FOR`].
 const BUSY_BATCH: u64 = 8;
+/// Writes a second that make large batches a burst at once. A steady 1,000 dispatches a second
+/// on a slow hour fills batches too, whenever commits slow for a moment (batches of 8–30 at
+/// 300–2,800 writes a second, in spells of 100–400 ms): held back then, its first attempts
+/// waited 100–500 ms (docs/PERFORMANCE.md, thirty-first session); a saturated burst of
+/// dispatches takes 5,000–12,000 a second on a fast hour.
+const BUSY_RATE: u64 = 4_000;
+/// How long large batches at a slower rate last before they count as saturation (a burst on
+/// a slow hour, or a load): longer than a steady load's slow spells.
+const BUSY_FOR: Duration = Duration::from_millis(500);
 /// (Over 500 ms, a burst's first half second went unnoticed: a saturated row of 10,000 in-app
 /// dispatches on PostgreSQL, two seconds long, lost 14 % with an endpoint down, to the fan-out's
 /// calls of that half second, which then made the writers wait; they no longer do, but they
@@ -121,11 +131,18 @@ const HOLD_AT_MOST_MS: i64 = 5_000;
 const DRAIN: Duration = Duration::from_secs(20);
 
 /// Whether the store's writer is saturated, from its mean batch size over the last
-/// [`BUSY_WINDOW`] (`herald_store_write_operations_total` over `…_batches_total`).
+/// [`BUSY_WINDOW`] (`herald_store_write_operations_total` over `…_batches_total`) and the
+/// rate it takes writes at.
 struct Pressure {
     at: Instant,
     batches: u64,
     operations: u64,
+    /// Since when every window has found large batches.
+    full_since: Option<Instant>,
+    /// How long the current window lasts: [`BUSY_WINDOW`], or a quarter of it after a window
+    /// that spanned an idle spell and ended with large batches (a burst may have begun: its
+    /// rate is judged over its own first milliseconds, not diluted by the idle time before).
+    window: Duration,
     /// Whether the last window found the writer saturated.
     saturated: bool,
 }
@@ -133,25 +150,50 @@ struct Pressure {
 impl Pressure {
     fn new() -> Self {
         let (batches, operations, _) = crate::store::writer::batch_counts();
-        Self { at: Instant::now(), batches, operations, saturated: false }
+        Self {
+            at: Instant::now(),
+            batches,
+            operations,
+            full_since: None,
+            window: BUSY_WINDOW,
+            saturated: false,
+        }
     }
 
     /// Whether to hold the deliveries back at `now` (ms), the oldest due message having been
     /// due since `oldest_due`: the writer is saturated, and that message has not waited
     /// [`HOLD_AT_MOST_MS`].
     fn holds(&mut self, oldest_due: Option<i64>, now: i64) -> bool {
-        if self.at.elapsed() >= BUSY_WINDOW {
+        if self.at.elapsed() >= self.window {
             let (batches, operations, _) = crate::store::writer::batch_counts();
-            self.observe(batches, operations);
+            self.observe(batches, operations, Instant::now());
         }
         self.saturated && oldest_due.is_none_or(|due| now - due < HOLD_AT_MOST_MS)
     }
 
-    /// Takes the writer's counts at the end of a window.
-    fn observe(&mut self, batches: u64, operations: u64) {
+    /// Takes the writer's counts at the end of a window (`now`).
+    fn observe(&mut self, batches: u64, operations: u64, now: Instant) {
         let (b, o) = (batches.saturating_sub(self.batches), operations.saturating_sub(self.operations));
-        self.saturated = b > 0 && o >= BUSY_BATCH * b;
-        (self.at, self.batches, self.operations) = (Instant::now(), batches, operations);
+        let window = now.saturating_duration_since(self.at);
+        let full = b > 0 && o >= BUSY_BATCH * b;
+        // (A window that spanned an idle spell counts as one [`BUSY_WINDOW`] of large batches.)
+        let began = now.checked_sub(window.min(BUSY_WINDOW)).unwrap_or(self.at);
+        self.full_since = if full { self.full_since.or(Some(began)) } else { None };
+        let fast = o as f64 >= BUSY_RATE as f64 * window.as_secs_f64();
+        let lasting = self.full_since.is_some_and(|since| now.saturating_duration_since(since) >= BUSY_FOR);
+        self.saturated = full && (fast || lasting);
+        let idle_before = window >= 2 * BUSY_WINDOW;
+        self.window = if full && !self.saturated && idle_before { BUSY_WINDOW / 4 } else { BUSY_WINDOW };
+        if full {
+            tracing::debug!(
+                batches = b,
+                operations = o,
+                window_ms = window.as_millis() as u64,
+                saturated = self.saturated,
+                "the writer's batches are large"
+            );
+        }
+        (self.at, self.batches, self.operations) = (now, batches, operations);
     }
 }
 
@@ -175,23 +217,42 @@ struct Claim {
     messages: Vec<ClaimedMessage>,
 }
 
-/// Hands a claim back to the dispatcher however its task ends (one that failed or panicked as
-/// `None`), so that its lane never waits for a claim that will not come.
-struct ClaimReply {
-    endpoint: WebhookEndpointId,
-    claim: Option<Claim>,
-    reply: mpsc::UnboundedSender<(WebhookEndpointId, Option<Claim>)>,
+/// What a pause or a catch-up did (the task of [`Lane::storing`]).
+struct Stored {
+    /// When it began (the dispatcher's `now` then).
+    at: i64,
+    /// The endpoint is paused in the store now.
+    paused: bool,
+    /// The catch-up's messages made, and whether the endpoint is still paused.
+    caught_up: Option<(usize, bool)>,
+    /// PostgreSQL's fan-out cursor was held by another transaction: nothing was done.
+    busy: bool,
 }
 
-impl ClaimReply {
-    fn send(mut self, claim: Claim) {
-        self.claim = Some(claim);
+/// What a lane's task hands back to the dispatcher (`None`: it failed, or panicked).
+enum Back {
+    Claimed(Option<Claim>),
+    Stored(Option<Stored>),
+}
+
+/// Hands a lane's task's result back to the dispatcher however the task ends: made with what a
+/// failure answers, so that a lane never waits for a result that will not come.
+struct Reply {
+    endpoint: WebhookEndpointId,
+    back: Back,
+    tx: mpsc::UnboundedSender<(WebhookEndpointId, Back)>,
+}
+
+impl Reply {
+    fn send(mut self, back: Back) {
+        self.back = back;
     }
 }
 
-impl Drop for ClaimReply {
+impl Drop for Reply {
     fn drop(&mut self) {
-        let _ = self.reply.send((self.endpoint.clone(), self.claim.take()));
+        let back = std::mem::replace(&mut self.back, Back::Claimed(None));
+        let _ = self.tx.send((self.endpoint.clone(), back));
     }
 }
 
@@ -219,6 +280,8 @@ struct Lane {
     lock_busy_since: Option<i64>,
     /// A claim of its messages is under way (one at a time: its messages are claimed in order).
     claiming: bool,
+    /// Its pause or catch-up is under way.
+    storing: bool,
 }
 
 impl Lane {
@@ -286,6 +349,14 @@ impl Lane {
         if room >= concurrency { room } else { 0 }
     }
 
+    /// A task of the lane ended.
+    fn back(&mut self, back: Back, now: i64) {
+        match back {
+            Back::Claimed(claim) => self.claimed(claim, now),
+            Back::Stored(stored) => self.stored(stored, now),
+        }
+    }
+
     /// A claim came back (`None`: it failed): its messages wait for slots; none, and the lane
     /// is left alone for a [`STALL`] (another daemon holds them, or they wait behind an earlier
     /// message). After a full claim more may be due; after one that took less, the rest is
@@ -304,6 +375,25 @@ impl Lane {
             lease: lease.clone(),
             lease_until,
         }));
+    }
+
+    /// Its pause or catch-up ended (`None`: it failed).
+    fn stored(&mut self, stored: Option<Stored>, now: i64) {
+        self.storing = false;
+        let Some(stored) = stored else { return };
+        if stored.paused {
+            (self.pause, self.paused) = (false, true);
+        }
+        if let Some((made, paused)) = stored.caught_up {
+            if self.tripped() {
+                self.owed_probe_at = Some(stored.at);
+            }
+            self.paused = paused;
+            if made > 0 {
+                self.due = Some(now);
+            }
+        }
+        self.lock_busy_since = if stored.busy { self.lock_busy_since.or(Some(stored.at)) } else { None };
     }
 
     /// Whether it may be claimed for now.
@@ -387,7 +477,7 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
     let rule = service::network_rule(&state);
     let (recorder, recording) = Recorder::spawn(state.store.clone());
     let (done, mut finished) = mpsc::unbounded_channel::<(WebhookEndpointId, Ended)>();
-    let (claims, mut claimed) = mpsc::unbounded_channel::<(WebhookEndpointId, Option<Claim>)>();
+    let (replies, mut backs) = mpsc::unbounded_channel::<(WebhookEndpointId, Back)>();
     let sender = Arc::new(Sender { state: state.clone(), client, policy, recorder, meters: Meters::new() });
     let mut lanes: HashMap<WebhookEndpointId, Lane> = HashMap::new();
     let mut tasks = JoinSet::new();
@@ -405,9 +495,9 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                 lane.ended(ended, now);
             }
         }
-        while let Ok((endpoint, claim)) = claimed.try_recv() {
+        while let Ok((endpoint, back)) = backs.try_recv() {
             if let Some(lane) = lanes.get_mut(&endpoint) {
-                lane.claimed(claim, now);
+                lane.back(back, now);
             }
         }
         while let Some(joined) = tasks.try_join_next() {
@@ -441,7 +531,7 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                     return true;
                 }
                 lane.queue.clear();
-                lane.in_flight > 0 || lane.claiming
+                lane.in_flight > 0 || lane.claiming || lane.storing
             });
             for endpoint in endpoints {
                 let lane = lanes
@@ -455,38 +545,45 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                     Some(since) if now - since >= millis(LOCK_PATIENCE) => FanOutLock::Wait,
                     _ => FanOutLock::Try,
                 };
-                let mut busy = false;
-                if lane.pause {
-                    match state.store.pause_webhook_endpoint(endpoint.id.clone(), now, lock).await {
-                        Ok(Some(_)) => (lane.pause, lane.paused) = (false, true),
-                        Ok(None) => busy = true,
-                        Err(e) => tracing::warn!(error = %e, "cannot pause a failing webhook endpoint"),
-                    }
-                }
-                let owed = if busy { 0 } else { lane.owed_now(now) };
-                if owed > 0 {
-                    let resume = !lane.tripped();
-                    match state
-                        .store
-                        .catch_up_webhook_endpoint(endpoint.id.clone(), owed, now, lock, resume)
-                        .await
-                    {
-                        Ok(Some((made, paused))) => {
-                            if lane.tripped() {
-                                lane.owed_probe_at = Some(now);
-                            }
-                            lane.paused = paused;
-                            if made > 0 {
-                                lane.due = Some(now);
+                // Paused, and its owed events' messages made, in a task of its own (on
+                // PostgreSQL either may wait for the fan-out's cursor, held while a group of
+                // events is fanned out: awaited here, that wait held every lane's sends).
+                let owed = if lane.pause { 0 } else { lane.owed_now(now) };
+                if (lane.pause || owed > 0) && !lane.storing {
+                    lane.storing = true;
+                    let (pause, resume) = (lane.pause, !lane.tripped());
+                    let reply = Reply {
+                        endpoint: endpoint.id.clone(),
+                        back: Back::Stored(None),
+                        tx: replies.clone(),
+                    };
+                    let store = state.store.clone();
+                    tasks.spawn(async move {
+                        let (id, started) = (reply.endpoint.clone(), Instant::now());
+                        let mut stored = Stored { at: now, paused: false, caught_up: None, busy: false };
+                        if pause {
+                            match store.pause_webhook_endpoint(id.clone(), now, lock).await {
+                                Ok(Some(_)) => stored.paused = true,
+                                Ok(None) => stored.busy = true,
+                                Err(e) => tracing::warn!(error = %e, "cannot pause a failing webhook endpoint"),
                             }
                         }
-                        Ok(None) => busy = true,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot make a paused webhook endpoint's messages")
+                        if owed > 0 {
+                            match store.catch_up_webhook_endpoint(id, owed, now, lock, resume).await {
+                                Ok(Some(caught_up)) => stored.caught_up = Some(caught_up),
+                                Ok(None) => stored.busy = true,
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "cannot make a paused webhook endpoint's messages")
+                                }
+                            }
                         }
-                    }
+                        tracing::debug!(
+                            endpoint_id = %reply.endpoint, pause, owed, ?lock, busy = stored.busy,
+                            took_us = started.elapsed().as_micros() as u64, "pause or catch-up"
+                        );
+                        reply.send(Back::Stored(Some(stored)));
+                    });
                 }
-                lane.lock_busy_since = if busy { lane.lock_busy_since.or(Some(now)) } else { None };
                 let Some(due) = lane.due else { continue };
                 if let Some(until) = lane.paused_until(now) {
                     next_due = Some(next_due.map_or(until, |n| n.min(until)));
@@ -504,7 +601,8 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                 // and the endpoints' claims run side by side (awaited in turn, a claim of 2-3 ms
                 // each, the loop spent three quarters of a busy second in them while slots idled).
                 lane.claiming = true;
-                let reply = ClaimReply { endpoint: endpoint.id.clone(), claim: None, reply: claims.clone() };
+                let reply =
+                    Reply { endpoint: endpoint.id.clone(), back: Back::Claimed(None), tx: replies.clone() };
                 let target = Arc::new(Target::new(endpoint, &rule));
                 let store = state.store.clone();
                 tasks.spawn(async move {
@@ -520,7 +618,13 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                                 endpoint_id = %reply.endpoint, room, claimed = messages.len(),
                                 took_us = started.elapsed().as_micros() as u64, "claim"
                             );
-                            reply.send(Claim { target, lease, lease_until, asked: room, messages });
+                            reply.send(Back::Claimed(Some(Claim {
+                                target,
+                                lease,
+                                lease_until,
+                                asked: room,
+                                messages,
+                            })));
                         }
                         Err(e) => tracing::warn!(error = %e, "cannot claim webhook messages"),
                     }
@@ -571,9 +675,9 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                     lane.ended(ended, state.clock.now_millis());
                 }
             }
-            Some((endpoint, claim)) = claimed.recv() => {
+            Some((endpoint, back)) = backs.recv() => {
                 if let Some(lane) = lanes.get_mut(&endpoint) {
-                    lane.claimed(claim, state.clock.now_millis());
+                    lane.back(back, state.clock.now_millis());
                 }
             }
             _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => look = true,
@@ -613,8 +717,8 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::{
-        BUSY_BATCH, CATCH_UP, Claim, ClaimReply, Ended, HOLD_AT_MOST_MS, Lane, Outcome, Pressure, STALL,
-        TRIP_AFTER, Target, millis,
+        BUSY_BATCH, BUSY_FOR, BUSY_RATE, BUSY_WINDOW, Back, CATCH_UP, Claim, Ended, HOLD_AT_MOST_MS, Lane,
+        Outcome, Pressure, Reply, STALL, Stored, TRIP_AFTER, Target, millis,
     };
     use crate::{
         service::webhooks::network::NetworkRule,
@@ -622,26 +726,57 @@ mod tests {
     };
 
     fn pressure(saturated: bool) -> Pressure {
-        Pressure { at: Instant::now(), batches: 100, operations: 100, saturated }
+        Pressure {
+            at: Instant::now(),
+            batches: 100,
+            operations: 100,
+            full_since: None,
+            window: BUSY_WINDOW,
+            saturated,
+        }
     }
 
     #[test]
     fn the_writer_is_saturated_while_its_batches_are_large() {
         let mut p = pressure(false);
-        // A steady load: about a write a batch.
-        p.observe(600, 650);
-        assert!(!p.saturated);
-        // A burst: the writer gathers many writes into each batch.
-        p.observe(640, 650 + 40 * BUSY_BATCH);
-        assert!(p.saturated);
-        p.observe(680, 650 + 80 * BUSY_BATCH);
-        assert!(p.saturated);
-        // Just under the mean that counts: the burst is over.
-        p.observe(690, 650 + 90 * BUSY_BATCH - 1);
-        assert!(!p.saturated);
-        // No batch at all in a window: idle, not saturated.
-        p.observe(690, 650 + 100 * BUSY_BATCH);
-        assert!(!p.saturated);
+        let start = p.at;
+        let mut counts = (p.batches, p.operations);
+        // One window of 100 ms: `batches` batches of `each` writes.
+        let mut window = |p: &mut Pressure, n: u32, batches: u64, each: u64| {
+            counts = (counts.0 + batches, counts.1 + batches * each);
+            p.observe(counts.0, counts.1, start + BUSY_WINDOW * n);
+            p.saturated
+        };
+        assert!(!window(&mut p, 1, 100, 1), "a steady load: about a write a batch");
+        // A burst: many writes to a batch, at a burst's rate.
+        let burst = BUSY_RATE / 10 / BUSY_BATCH;
+        assert!(window(&mut p, 2, burst, BUSY_BATCH), "a burst is found in its first window");
+        assert!(window(&mut p, 3, burst, BUSY_BATCH));
+        assert!(!window(&mut p, 4, burst, BUSY_BATCH - 1), "just under the mean that counts: over");
+        assert!(!window(&mut p, 5, 0, 0), "no batch at all in a window: idle");
+        // A steady load's slow commits: large batches at a slow rate, for less than BUSY_FOR.
+        let spell = u32::try_from(BUSY_FOR.as_millis() / BUSY_WINDOW.as_millis()).unwrap();
+        for n in 6..6 + spell - 1 {
+            assert!(!window(&mut p, n, 10, BUSY_BATCH), "a slow spell is not a burst");
+        }
+        assert!(!window(&mut p, 5 + spell, 100, 1), "the spell ends");
+        // Lasting: a load (or a slow hour's burst) at that rate is one.
+        let from = 6 + spell;
+        for n in from..from + spell - 1 {
+            assert!(!window(&mut p, n, 10, BUSY_BATCH));
+        }
+        assert!(window(&mut p, from + spell - 1, 10, BUSY_BATCH), "large batches for BUSY_FOR: saturated");
+        assert!(window(&mut p, from + spell, 10, BUSY_BATCH));
+        assert!(!window(&mut p, from + spell + 1, 100, 1));
+        assert_eq!(p.window, BUSY_WINDOW);
+        // A burst after an idle second: its first milliseconds' large batches, diluted over the
+        // idle window, are no burst's rate yet, so the next window is a short one, at the rate.
+        let idle = from + spell + 11;
+        assert!(!window(&mut p, idle, 2, BUSY_BATCH));
+        assert_eq!(p.window, BUSY_WINDOW / 4);
+        counts = (counts.0 + burst.div_ceil(4), counts.1 + burst.div_ceil(4) * BUSY_BATCH);
+        p.observe(counts.0, counts.1, start + BUSY_WINDOW * idle + BUSY_WINDOW / 4);
+        assert!(p.saturated && p.window == BUSY_WINDOW, "found a quarter of a window in");
     }
 
     /// Held back while the writer is saturated, but no message longer than [`HOLD_AT_MOST_MS`]:
@@ -775,17 +910,50 @@ mod tests {
         }
     }
 
-    /// A claim's task hands its claim back however it ends: dropped without one (it failed, or
-    /// panicked), the lane hears `None`, and claims again.
+    /// A lane's task hands its result back however it ends: dropped without one (it failed,
+    /// or panicked), the lane hears what a failure answers, and is free to claim, pause or
+    /// catch up again.
     #[test]
-    fn a_claim_that_ends_without_messages_still_answers() {
-        let (reply, mut replies) = mpsc::unbounded_channel();
+    fn a_lanes_task_that_ends_without_a_result_still_answers() {
+        let (tx, mut backs) = mpsc::unbounded_channel();
         let endpoint = WebhookEndpointId::new();
-        drop(ClaimReply { endpoint: endpoint.clone(), claim: None, reply: reply.clone() });
-        let (id, got) = replies.try_recv().expect("an answer");
-        assert!(id == endpoint && got.is_none());
-        ClaimReply { endpoint: endpoint.clone(), claim: None, reply }.send(claim(8, 8));
-        let (_, got) = replies.try_recv().expect("an answer");
-        assert_eq!(got.map(|claim| claim.messages.len()), Some(8));
+        let now = 1_000_000;
+        let mut lane = Lane { claiming: true, storing: true, ..Lane::default() };
+        drop(Reply { endpoint: endpoint.clone(), back: Back::Claimed(None), tx: tx.clone() });
+        drop(Reply { endpoint: endpoint.clone(), back: Back::Stored(None), tx: tx.clone() });
+        for _ in 0..2 {
+            let (id, back) = backs.try_recv().expect("an answer");
+            assert!(id == endpoint);
+            lane.back(back, now);
+        }
+        assert!(!lane.claiming && !lane.storing && lane.queue.is_empty());
+        lane.claiming = true;
+        Reply { endpoint, back: Back::Claimed(None), tx }.send(Back::Claimed(Some(claim(8, 8))));
+        let (_, back) = backs.try_recv().expect("an answer");
+        lane.back(back, now);
+        assert!(!lane.claiming && lane.queue.len() == 8);
+    }
+
+    /// What a pause or catch-up did, as the lane takes it: paused; a probe's owed message made
+    /// (the next probe a second on); the cursor held elsewhere (waited for after a second).
+    #[test]
+    fn a_lane_takes_what_its_pause_or_catch_up_did() {
+        let now = 1_000_000;
+        let mut lane = Lane { failures: TRIP_AFTER, pause: true, storing: true, ..Lane::default() };
+        let stored = |paused, caught_up, busy| Some(Stored { at: now, paused, caught_up, busy });
+        lane.stored(stored(false, None, true), now + 5);
+        assert!(!lane.storing && lane.pause && lane.lock_busy_since == Some(now), "the cursor was held");
+        lane.stored(stored(false, None, true), now + 10);
+        assert_eq!(lane.lock_busy_since, Some(now), "held since the first");
+        lane.stored(stored(true, None, false), now + 15);
+        assert!(lane.paused && !lane.pause && lane.lock_busy_since.is_none(), "paused");
+        lane.stored(stored(false, Some((1, true)), false), now + 20);
+        assert!(
+            lane.paused && lane.owed_probe_at == Some(now) && lane.due == Some(now + 20),
+            "a probe's message"
+        );
+        lane.failures = 0;
+        lane.stored(stored(false, Some((0, false)), false), now + 25);
+        assert!(!lane.paused, "caught up: resumed");
     }
 }
