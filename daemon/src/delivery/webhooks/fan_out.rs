@@ -140,7 +140,7 @@ mod tests {
             batches: 100,
             operations: 100,
             full_since: None,
-            window: super::super::BUSY_WINDOW,
+            quiet: false,
             saturated: true,
         };
         let mut waiting = Waiting { since: Some(0), looked: 0 };

@@ -111,6 +111,8 @@ const BUSY_RATE: u64 = 4_000;
 /// How long large batches at a slower rate last before they count as saturation (a burst on
 /// a slow hour, or a load): longer than a steady load's slow spells.
 const BUSY_FOR: Duration = Duration::from_millis(500);
+/// Writes a second under which a window is quiet: large batches right after one are a burst.
+const QUIET_RATE: u64 = 100;
 /// (Over 500 ms, a burst's first half second went unnoticed: a saturated row of 10,000 in-app
 /// dispatches on PostgreSQL, two seconds long, lost 14 % with an endpoint down, to the fan-out's
 /// calls of that half second, which then made the writers wait; they no longer do, but they
@@ -139,10 +141,10 @@ struct Pressure {
     operations: u64,
     /// Since when every window has found large batches.
     full_since: Option<Instant>,
-    /// How long the current window lasts: [`BUSY_WINDOW`], or a quarter of it after a window
-    /// that spanned an idle spell and ended with large batches (a burst may have begun: its
-    /// rate is judged over its own first milliseconds, not diluted by the idle time before).
-    window: Duration,
+    /// Whether the last window was quiet (fewer than [`QUIET_RATE`] writes a second): large
+    /// batches after a quiet spell are a burst's first (at a steady load the windows before a
+    /// slow commit are not quiet), and a window that spans the quiet spell dilutes their rate.
+    quiet: bool,
     /// Whether the last window found the writer saturated.
     saturated: bool,
 }
@@ -150,21 +152,14 @@ struct Pressure {
 impl Pressure {
     fn new() -> Self {
         let (batches, operations, _) = crate::store::writer::batch_counts();
-        Self {
-            at: Instant::now(),
-            batches,
-            operations,
-            full_since: None,
-            window: BUSY_WINDOW,
-            saturated: false,
-        }
+        Self { at: Instant::now(), batches, operations, full_since: None, quiet: true, saturated: false }
     }
 
     /// Whether to hold the deliveries back at `now` (ms), the oldest due message having been
     /// due since `oldest_due`: the writer is saturated, and that message has not waited
     /// [`HOLD_AT_MOST_MS`].
     fn holds(&mut self, oldest_due: Option<i64>, now: i64) -> bool {
-        if self.at.elapsed() >= self.window {
+        if self.at.elapsed() >= BUSY_WINDOW {
             let (batches, operations, _) = crate::store::writer::batch_counts();
             self.observe(batches, operations, Instant::now());
         }
@@ -179,11 +174,10 @@ impl Pressure {
         // (A window that spanned an idle spell counts as one [`BUSY_WINDOW`] of large batches.)
         let began = now.checked_sub(window.min(BUSY_WINDOW)).unwrap_or(self.at);
         self.full_since = if full { self.full_since.or(Some(began)) } else { None };
-        let fast = o as f64 >= BUSY_RATE as f64 * window.as_secs_f64();
+        let rate = o as f64 / window.as_secs_f64().max(0.001);
         let lasting = self.full_since.is_some_and(|since| now.saturating_duration_since(since) >= BUSY_FOR);
-        self.saturated = full && (fast || lasting);
-        let idle_before = window >= 2 * BUSY_WINDOW;
-        self.window = if full && !self.saturated && idle_before { BUSY_WINDOW / 4 } else { BUSY_WINDOW };
+        self.saturated = full && (rate >= BUSY_RATE as f64 || lasting || self.quiet);
+        self.quiet = rate < QUIET_RATE as f64;
         if full {
             tracing::debug!(
                 batches = b,
@@ -731,7 +725,7 @@ mod tests {
             batches: 100,
             operations: 100,
             full_since: None,
-            window: BUSY_WINDOW,
+            quiet: false,
             saturated,
         }
     }
@@ -754,29 +748,26 @@ mod tests {
         assert!(window(&mut p, 3, burst, BUSY_BATCH));
         assert!(!window(&mut p, 4, burst, BUSY_BATCH - 1), "just under the mean that counts: over");
         assert!(!window(&mut p, 5, 0, 0), "no batch at all in a window: idle");
-        // A steady load's slow commits: large batches at a slow rate, for less than BUSY_FOR.
+        assert!(!window(&mut p, 6, 100, 1), "a steady load");
+        // Its slow commits: large batches at a slow rate, for less than BUSY_FOR.
         let spell = u32::try_from(BUSY_FOR.as_millis() / BUSY_WINDOW.as_millis()).unwrap();
-        for n in 6..6 + spell - 1 {
+        for n in 7..7 + spell - 1 {
             assert!(!window(&mut p, n, 10, BUSY_BATCH), "a slow spell is not a burst");
         }
-        assert!(!window(&mut p, 5 + spell, 100, 1), "the spell ends");
+        assert!(!window(&mut p, 6 + spell, 100, 1), "the spell ends");
         // Lasting: a load (or a slow hour's burst) at that rate is one.
-        let from = 6 + spell;
+        let from = 7 + spell;
         for n in from..from + spell - 1 {
             assert!(!window(&mut p, n, 10, BUSY_BATCH));
         }
         assert!(window(&mut p, from + spell - 1, 10, BUSY_BATCH), "large batches for BUSY_FOR: saturated");
         assert!(window(&mut p, from + spell, 10, BUSY_BATCH));
         assert!(!window(&mut p, from + spell + 1, 100, 1));
-        assert_eq!(p.window, BUSY_WINDOW);
-        // A burst after an idle second: its first milliseconds' large batches, diluted over the
-        // idle window, are no burst's rate yet, so the next window is a short one, at the rate.
-        let idle = from + spell + 11;
-        assert!(!window(&mut p, idle, 2, BUSY_BATCH));
-        assert_eq!(p.window, BUSY_WINDOW / 4);
-        counts = (counts.0 + burst.div_ceil(4), counts.1 + burst.div_ceil(4) * BUSY_BATCH);
-        p.observe(counts.0, counts.1, start + BUSY_WINDOW * idle + BUSY_WINDOW / 4);
-        assert!(p.saturated && p.window == BUSY_WINDOW, "found a quarter of a window in");
+        // A burst after a quiet second: its first large batches, whose rate the window that
+        // spans the quiet second dilutes, are found at once.
+        let quiet = from + spell + 11;
+        assert!(!window(&mut p, quiet, 0, 0), "quiet");
+        assert!(window(&mut p, quiet + 10, 2, BUSY_BATCH), "large batches after a quiet spell: a burst");
     }
 
     /// Held back while the writer is saturated, but no message longer than [`HOLD_AT_MOST_MS`]:
