@@ -5,7 +5,7 @@
 //! besides.
 //!
 //! While the store's writer is saturated ([`Pressure`]) it holds back, as the dispatcher holds
-//! the deliveries back, for at most [`super::HOLD_AT_MOST_MS`] since the oldest event it left that
+//! the deliveries back, for at most [`super::pressure::HOLD_AT_MOST_MS`] since the oldest event it left that
 //! an endpoint wants (it looks every [`LOOK_WHILE_HELD`], with a group of one): in a
 //! burst of dispatches the messages' rows would share the two cores with the dispatches (on
 //! PostgreSQL, made in the change's statement, they cost a saturated in-app dispatch 15–25 %
@@ -126,23 +126,14 @@ impl Waiting {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
-
-    use super::{super::HOLD_AT_MOST_MS, Pressure, Waiting};
+    use super::{super::pressure::HOLD_AT_MOST_MS, Pressure, Waiting};
 
     /// Woken by events no endpoint wants (another tenant's burst), held back; a look finds none
     /// an endpoint wants, so the bound counts from that look, and goes on counting from it once
     /// a look finds one (written since).
     #[test]
     fn the_hold_back_counts_from_the_events_an_endpoint_wants() {
-        let mut saturated = Pressure {
-            at: Instant::now(),
-            batches: 100,
-            operations: 100,
-            full_since: None,
-            quiet: false,
-            saturated: true,
-        };
+        let mut saturated = Pressure::with(true);
         let mut waiting = Waiting { since: Some(0), looked: 0 };
         assert!(!waiting.look_due(999));
         assert!(waiting.look_due(1_000));
