@@ -13,9 +13,17 @@ const BUSY_BATCH: u64 = 8;
 /// waited 100–500 ms (docs/PERFORMANCE.md, thirty-first session); a saturated burst of
 /// dispatches takes 5,000–12,000 a second on a fast hour.
 const BUSY_RATE: u64 = 4_000;
-/// How long large batches at a slower rate last before they count as saturation (a burst on
-/// a slow hour, or a load): longer than a steady load's slow spells.
-const BUSY_FOR: Duration = Duration::from_millis(500);
+/// How long large batches at a slower rate (at least [`LASTING_RATE`]) last before they count
+/// as saturation: a burst on a slow hour (its windows at 3,000–4,000 writes a second, under
+/// [`BUSY_RATE`]; after 500 ms, as the thirty-first session had it, the fan-out made messages
+/// for the first half second of each burst).
+const BUSY_FOR: Duration = Duration::from_millis(300);
+/// The least rate, over the whole spell of large batches, at which they count as saturation
+/// once they have lasted [`BUSY_FOR`]: on a slow hour a steady 1,000 dispatches a second made
+/// large batches for seconds on end (commits of 10 ms and more, 500–2,000 writes a second), and
+/// held back, its first attempts waited a second at the median (docs/PERFORMANCE.md,
+/// thirty-second session); a slow hour's bursts take 2,500–6,000 a second.
+const LASTING_RATE: u64 = 2_000;
 /// Writes a second under which a window is quiet: large batches right after one are a burst.
 const QUIET_RATE: u64 = 100;
 /// (Over 500 ms, a burst's first half second went unnoticed: a saturated row of 10,000 in-app
@@ -41,11 +49,14 @@ pub(super) struct Pressure {
     at: Instant,
     batches: u64,
     operations: u64,
-    /// Since when every window has found large batches.
-    full_since: Option<Instant>,
-    /// Whether the last window was quiet (fewer than [`QUIET_RATE`] writes a second): large
-    /// batches after a quiet spell are a burst's first (at a steady load the windows before a
-    /// slow commit are not quiet), and a window that spans the quiet spell dilutes their rate.
+    /// Since when every window has found large batches, and how many writes they took.
+    full_since: Option<(Instant, u64)>,
+    /// Whether the last window was quiet (fewer than [`QUIET_RATE`] writes a second, in small
+    /// batches): large batches after a quiet spell are a burst's first (at a steady load the
+    /// windows before a slow commit are not quiet), and a window that spans the quiet spell
+    /// dilutes their rate. A window of few writes in large batches is a stalled commit, not a
+    /// quiet spell: on a slow hour a steady load's commits stalled for 200–400 ms (one batch of
+    /// 23 writes in 375 ms), and the windows after them were taken for a burst's first.
     quiet: bool,
     /// Whether the last window found the writer saturated.
     saturated: bool,
@@ -81,11 +92,15 @@ impl Pressure {
         let full = b > 0 && o >= BUSY_BATCH * b;
         // (A window that spanned an idle spell counts as one [`BUSY_WINDOW`] of large batches.)
         let began = now.checked_sub(window.min(BUSY_WINDOW)).unwrap_or(self.at);
-        self.full_since = if full { self.full_since.or(Some(began)) } else { None };
+        self.full_since =
+            full.then(|| self.full_since.map_or((began, o), |(since, taken)| (since, taken + o)));
         let rate = o as f64 / window.as_secs_f64().max(0.001);
-        let lasting = self.full_since.is_some_and(|since| now.saturating_duration_since(since) >= BUSY_FOR);
+        let lasting = self.full_since.is_some_and(|(since, taken)| {
+            let spell = now.saturating_duration_since(since);
+            spell >= BUSY_FOR && taken as f64 / spell.as_secs_f64() >= LASTING_RATE as f64
+        });
         self.saturated = full && (rate >= BUSY_RATE as f64 || lasting || self.quiet);
-        self.quiet = rate < QUIET_RATE as f64;
+        self.quiet = rate < QUIET_RATE as f64 && !full;
         if full {
             tracing::debug!(
                 batches = b,
@@ -101,7 +116,7 @@ impl Pressure {
 
 #[cfg(test)]
 mod tests {
-    use super::{BUSY_BATCH, BUSY_FOR, BUSY_RATE, BUSY_WINDOW, HOLD_AT_MOST_MS, Pressure};
+    use super::{BUSY_BATCH, BUSY_FOR, BUSY_RATE, BUSY_WINDOW, HOLD_AT_MOST_MS, LASTING_RATE, Pressure};
 
     fn pressure(saturated: bool) -> Pressure {
         Pressure::with(saturated)
@@ -132,19 +147,37 @@ mod tests {
             assert!(!window(&mut p, n, 10, BUSY_BATCH), "a slow spell is not a burst");
         }
         assert!(!window(&mut p, 6 + spell, 100, 1), "the spell ends");
-        // Lasting: a load (or a slow hour's burst) at that rate is one.
+        // Lasting: a slow hour's burst (or a load) at LASTING_RATE is one.
         let from = 7 + spell;
+        // (At one and a half times LASTING_RATE, under BUSY_RATE.)
+        let lasting = LASTING_RATE * 3 / 2 / 10 / BUSY_BATCH;
         for n in from..from + spell - 1 {
-            assert!(!window(&mut p, n, 10, BUSY_BATCH));
+            assert!(!window(&mut p, n, lasting, BUSY_BATCH));
         }
-        assert!(window(&mut p, from + spell - 1, 10, BUSY_BATCH), "large batches for BUSY_FOR: saturated");
-        assert!(window(&mut p, from + spell, 10, BUSY_BATCH));
+        assert!(
+            window(&mut p, from + spell - 1, lasting, BUSY_BATCH),
+            "large batches for BUSY_FOR: saturated"
+        );
+        assert!(window(&mut p, from + spell, 2, BUSY_BATCH), "a slower window within the spell: still");
         assert!(!window(&mut p, from + spell + 1, 100, 1));
+        // A steady load whose commits stay slow (1,000 writes a second, in batches of 10) is
+        // never a burst, however long it lasts.
+        let slow = from + spell + 2;
+        for n in slow..slow + 5 * spell {
+            assert!(!window(&mut p, n, 10, 10), "a slow steady load is not held back");
+        }
+        let from = slow + 5 * spell;
+        assert!(!window(&mut p, from, 100, 1));
         // A burst after a quiet second: its first large batches, whose rate the window that
         // spans the quiet second dilutes, are found at once.
-        let quiet = from + spell + 11;
+        let quiet = from + 11;
         assert!(!window(&mut p, quiet, 0, 0), "quiet");
         assert!(window(&mut p, quiet + 10, 2, BUSY_BATCH), "large batches after a quiet spell: a burst");
+        assert!(!window(&mut p, quiet + 11, 100, 1));
+        // A steady load's stalled commit: one large batch in a long window (few writes a
+        // second, but not a quiet spell), then the writes that waited for it.
+        assert!(!window(&mut p, quiet + 15, 1, 3 * BUSY_BATCH), "a stalled commit is not a burst");
+        assert!(!window(&mut p, quiet + 16, 3, BUSY_BATCH), "nor what waited for it");
     }
 
     /// Held back while the writer is saturated, but no message longer than [`HOLD_AT_MOST_MS`]:
