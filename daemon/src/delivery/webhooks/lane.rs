@@ -9,6 +9,11 @@ use tokio::sync::mpsc;
 use super::{CATCH_UP, PROBE_EVERY, STALL, TRIP_AFTER, millis, send::Target};
 use crate::store::ClaimedMessage;
 
+/// How many times its concurrency a lane whose requests are answered quickly may hold.
+const DEEP: usize = 4;
+/// The mean answer time (ms) under which a lane keeps the deeper buffer.
+const QUICK_MS: f64 = 1_000.0;
+
 /// A claimed message waiting for a free send slot of its endpoint.
 pub(super) struct Queued {
     pub(super) message: ClaimedMessage,
@@ -94,6 +99,13 @@ pub(super) struct Lane {
     pub(super) claiming: bool,
     /// Its pause or catch-up is under way.
     pub(super) storing: bool,
+    /// How long its requests take to be answered, a moving mean in ms (`None`: none answered
+    /// yet): how deep a buffer of claimed messages it may keep ([`Lane::depth`]).
+    pub(super) answer_ms: Option<f64>,
+    /// No longer enabled (disabled, or removed): kept only until its tasks and sends end, and
+    /// what they bring is dropped, not sent (a claim under way as it was disabled would
+    /// otherwise send what it brings).
+    pub(super) gone: bool,
 }
 
 impl Lane {
@@ -148,16 +160,30 @@ impl Lane {
         if self.tripped() { 1 } else { concurrency }
     }
 
+    /// How many messages it may hold, in flight and waiting: [`DEEP`] times its concurrency
+    /// while it answers within [`QUICK_MS`] on average, twice otherwise (or before it has
+    /// answered). A claim at a time per endpoint (its messages are claimed in order), each of
+    /// at most what this leaves room for, bounds how fast one endpoint's backlog drains: on a
+    /// slow hour a claim of 16 took 7–10 ms on PostgreSQL, and a single endpoint drained at
+    /// 1,274–1,350 deliveries a second with twice its concurrency, 1,593–1,709 with four times
+    /// (docs/PERFORMANCE.md, thirty-second session). A message waits for a slot at most the
+    /// answers of `DEEP - 1` sends before it, well within what its lease leaves it (the
+    /// timeout and 4 s).
+    pub(super) fn depth(&self, concurrency: usize) -> usize {
+        let quick = self.answer_ms.is_some_and(|ms| ms <= QUICK_MS);
+        if quick { DEEP * concurrency } else { 2 * concurrency }
+    }
+
     /// How many more messages it may claim: enough to keep its slots busy until the next claim
-    /// (twice its concurrency, in flight and waiting), none while tripped with one in hand. It
+    /// ([`Lane::depth`], in flight and waiting), none while tripped with one in hand. It
     /// claims only once it has room for a slots' worth, so a busy endpoint's messages are
-    /// claimed `concurrency` at a time, not one per ended send.
+    /// claimed `concurrency` at a time or more, not one per ended send.
     pub(super) fn room(&self, concurrency: usize) -> usize {
         let held = self.in_flight + self.queue.len();
         if self.tripped() {
             return 1usize.saturating_sub(held);
         }
-        let room = (2 * concurrency).saturating_sub(held);
+        let room = self.depth(concurrency).saturating_sub(held);
         if room >= concurrency { room } else { 0 }
     }
 
@@ -175,6 +201,9 @@ impl Lane {
     /// learnt of by the next read (a wake-up, an ended send, the timer).
     pub(super) fn claimed(&mut self, claim: Option<Claim>, now: i64) {
         self.claiming = false;
+        if self.gone {
+            return;
+        }
         let Some(claim) = claim.filter(|claim| !claim.messages.is_empty()) else {
             self.stalled_until = Some(now + millis(STALL));
             return;
@@ -210,7 +239,8 @@ impl Lane {
 
     /// Whether it may be claimed for now.
     pub(super) fn wants_claim(&self, now: i64, concurrency: usize) -> bool {
-        self.due.is_some_and(|due| due <= now)
+        !self.gone
+            && self.due.is_some_and(|due| due <= now)
             && self.paused_until(now).is_none()
             && !self.claiming
             && self.room(concurrency) > 0
@@ -218,7 +248,11 @@ impl Lane {
 
     pub(super) fn ended(&mut self, ended: Ended, now: i64) {
         let outcome = match ended {
-            Ended::Answered(outcome) => outcome,
+            Ended::Answered(outcome, took) => {
+                let ms = took.as_secs_f64() * 1_000.0;
+                self.answer_ms = Some(self.answer_ms.map_or(ms, |mean| mean + (ms - mean) / 8.0));
+                outcome
+            }
             Ended::Recorded => {
                 // What waited behind the message just settled may go now.
                 self.stalled_until = None;
@@ -265,20 +299,20 @@ pub(super) enum Outcome {
 /// a request in flight), then its attempt is recorded (what waited behind the message may go).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Ended {
-    Answered(Outcome),
+    Answered(Outcome, std::time::Duration),
     Recorded,
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use std::{sync::Arc, time::Duration};
 
     use herald_common::ids::WebhookEndpointId;
     use tokio::sync::mpsc;
 
     use super::{
         super::{CATCH_UP, STALL, TRIP_AFTER, millis},
-        Back, Claim, Ended, Lane, Outcome, Reply, Stored, Target,
+        Back, Claim, DEEP, Ended, Lane, Outcome, Reply, Stored, Target,
     };
     use crate::{
         service::webhooks::network::NetworkRule,
@@ -294,15 +328,15 @@ mod tests {
         let now = 1_000_000;
         let mut lane = Lane::new(false, false);
         for _ in 0..TRIP_AFTER {
-            lane.ended(Ended::Answered(Outcome::Failed), now);
+            lane.ended(Ended::Answered(Outcome::Failed, QUICK), now);
         }
         assert!(lane.tripped() && lane.pause, "tripped, and to be paused");
-        lane.ended(Ended::Answered(Outcome::Failed), now);
+        lane.ended(Ended::Answered(Outcome::Failed, QUICK), now);
         (lane.pause, lane.paused, lane.due) = (false, true, None);
-        lane.ended(Ended::Answered(Outcome::Failed), now);
+        lane.ended(Ended::Answered(Outcome::Failed, QUICK), now);
         assert!(!lane.pause, "asked once");
         lane.paused = false;
-        lane.ended(Ended::Answered(Outcome::Failed), now);
+        lane.ended(Ended::Answered(Outcome::Failed, QUICK), now);
         assert!(lane.pause, "resumed meanwhile (another daemon) and still failing here: paused again");
         (lane.pause, lane.paused) = (false, true);
         lane.due = None;
@@ -312,7 +346,7 @@ mod tests {
         assert_eq!(lane.owed_now(now + 1_500), 0, "one a second");
         lane.due = Some(now + 1_900);
         assert_eq!(lane.owed_now(now + 2_000), 0, "a message due goes first");
-        lane.ended(Ended::Answered(Outcome::Succeeded), now + 2_000);
+        lane.ended(Ended::Answered(Outcome::Succeeded, QUICK), now + 2_000);
         lane.due = None;
         assert_eq!(lane.owed_now(now + 2_001), CATCH_UP, "it answers: a group");
         lane.saw_paused(true, false);
@@ -341,6 +375,33 @@ mod tests {
             !resumed.tripped() && resumed.probe_at.is_none(),
             "resumed by a daemon it answered: counts afresh"
         );
+    }
+
+    /// A quick answer (a loopback receiver's).
+    const QUICK: Duration = Duration::from_millis(2);
+
+    /// A lane keeps twice its concurrency until its requests are answered, then [`DEEP`] times
+    /// while they are answered quickly, and twice again once they slow (a message claimed
+    /// behind slow answers would wait past its lease's time to start).
+    #[test]
+    fn a_quick_endpoints_lane_holds_a_deeper_buffer() {
+        let (now, concurrency) = (1_000_000, 16);
+        let mut lane = Lane::default();
+        assert_eq!(lane.depth(concurrency), 2 * concurrency, "nothing answered yet");
+        lane.in_flight = 1;
+        lane.ended(Ended::Answered(Outcome::Succeeded, QUICK), now);
+        assert_eq!(lane.depth(concurrency), DEEP * concurrency);
+        assert_eq!(lane.room(concurrency), DEEP * concurrency);
+        for _ in 0..20 {
+            lane.in_flight = 1;
+            lane.ended(Ended::Answered(Outcome::Succeeded, Duration::from_secs(3)), now);
+        }
+        assert_eq!(lane.depth(concurrency), 2 * concurrency, "slow answers: the shallow buffer");
+        for _ in 0..40 {
+            lane.in_flight = 1;
+            lane.ended(Ended::Answered(Outcome::Succeeded, QUICK), now);
+        }
+        assert_eq!(lane.depth(concurrency), DEEP * concurrency, "quick again");
     }
 
     fn claim(asked: usize, got: usize) -> Claim {
@@ -398,6 +459,10 @@ mod tests {
             assert!(!lane.wants_claim(now, concurrency), "left alone");
             assert!(lane.wants_claim(now + millis(STALL), concurrency));
         }
+        // Disabled while a claim was under way: what it brings is dropped, not queued to send.
+        (lane.claiming, lane.gone) = (true, true);
+        lane.claimed(Some(claim(32, 32)), now);
+        assert!(!lane.claiming && lane.queue.is_empty(), "a gone endpoint's claim is not sent");
     }
 
     /// A lane's task hands its result back however it ends: dropped without one (it failed,

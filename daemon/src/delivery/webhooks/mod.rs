@@ -3,7 +3,8 @@
 //!
 //! It keeps a lane per endpoint: the sends in flight (at most
 //! `HERALD_WEBHOOK_ENDPOINT_CONCURRENCY`) and the claimed messages that wait for a free slot.
-//! When a lane has room for a slots' worth (twice the concurrency, in flight and waiting), it
+//! When a lane has room for a slots' worth (of twice the concurrency in flight and waiting, four
+//! times while the endpoint answers within a second: `Lane::depth`), it
 //! reads the enabled endpoints with when their first pending message is due, and claims that
 //! many due messages of each, each claim in a task of its own (the sends go on meanwhile, and
 //! the endpoints' claims run side by side): a busy endpoint's messages are claimed in groups, and a slow or
@@ -165,23 +166,30 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
             let endpoints = match state.store.due_webhook_endpoints().await {
                 Ok(endpoints) => endpoints,
                 Err(e) => {
+                    // The lanes are kept as they are (dropping them would drop what they hold
+                    // until its leases ran out), and the endpoints read again a little later.
                     tracing::warn!(error = %e, "cannot read the webhook endpoints");
-                    Vec::new()
+                    look_at = Some(Instant::now() + STALL);
+                    continue;
                 }
             };
-            // Endpoints no longer enabled: what waits for them is dropped (the leases run out).
+            // Endpoints no longer enabled: what waits for them is dropped (the leases run out),
+            // and so is what their claims under way bring.
             let enabled: HashSet<&WebhookEndpointId> = endpoints.iter().map(|e| &e.id).collect();
             lanes.retain(|id, lane| {
                 if enabled.contains(id) {
                     return true;
                 }
                 lane.queue.clear();
+                lane.gone = true;
                 lane.in_flight > 0 || lane.claiming || lane.storing
             });
             for endpoint in endpoints {
                 let lane = lanes
                     .entry(endpoint.id.clone())
                     .or_insert_with(|| Lane::new(endpoint.paused, endpoint.failing));
+                // Enabled again while its last claim or send was under way.
+                lane.gone = false;
                 lane.due = endpoint.next_due;
                 lane.saw_paused(endpoint.paused, endpoint.failing);
                 // PostgreSQL's fan-out cursor is tried at each look, and waited for once a
@@ -288,7 +296,12 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
                     sender: sender.clone(),
                     endpoint: queued.endpoint,
                     lease: queued.lease,
-                    done: Done { endpoint: id.clone(), answered: false, done: done.clone() },
+                    done: Done {
+                        endpoint: id.clone(),
+                        answered: false,
+                        started: Instant::now(),
+                        done: done.clone(),
+                    },
                 };
                 tasks.spawn(send.run(queued.message));
             }

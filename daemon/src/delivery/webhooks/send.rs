@@ -50,13 +50,16 @@ pub fn http_client(state: &AppState) -> reqwest::Result<reqwest::Client> {
 pub(super) struct Done {
     pub(super) endpoint: WebhookEndpointId,
     pub(super) answered: bool,
+    /// When the send began: how long its request took goes back with its answer.
+    pub(super) started: std::time::Instant,
     pub(super) done: mpsc::UnboundedSender<(WebhookEndpointId, Ended)>,
 }
 
 impl Done {
     fn answered(&mut self, outcome: Outcome) {
         if !std::mem::replace(&mut self.answered, true) {
-            let _ = self.done.send((self.endpoint.clone(), Ended::Answered(outcome)));
+            let took = self.started.elapsed();
+            let _ = self.done.send((self.endpoint.clone(), Ended::Answered(outcome, took)));
         }
     }
 }
