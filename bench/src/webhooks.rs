@@ -28,7 +28,10 @@
 //!    not saturated, what an integrator's request sees.
 //! 2. **Throughput**: `--fan-out` endpoints subscribed, `--events` dispatches as fast as they are
 //!    taken; deliveries per second from the first dispatch to the last delivery. With
-//!    `--throughput-only`, the run stops after it (to compare builds on this step alone).
+//!    Then its endpoints are removed, each with the messages it was delivered, during an in-app
+//!    dispatch at a steady `--rate` (2b): how long the removals take and what they cost the
+//!    API's answers meanwhile. With `--throughput-only`, the run stops after that (to compare
+//!    builds on this step alone).
 //! 3. **Latency**: one endpoint, `--rate` dispatches a second for `--seconds`; for each delivery,
 //!    its arrival minus the event's `timestamp` (when the change committed): event → first attempt.
 //!    With `HERALD_BENCH_TIMELINE` set, each step also lists its 100 ms spells (by the events'
@@ -202,10 +205,17 @@ impl Api {
         body["endpoint_id"].as_str().map(str::to_owned).context("no endpoint_id")
     }
 
+    /// Removes an endpoint, and says how long the API took when that was more than 50 ms (an
+    /// endpoint's removal should not hold the writer: docs/WEBHOOKS.md, "Removing an endpoint").
     async fn remove_endpoint(&self, id: &str) -> anyhow::Result<()> {
         let url = format!("{}/api/v1/webhooks/{id}", self.url);
+        let started = Instant::now();
         let status = self.http.delete(url).bearer_auth(&self.key).send().await?.status();
         anyhow::ensure!(status.is_success(), "removing an endpoint: {status}");
+        let took = started.elapsed();
+        if took > Duration::from_millis(50) {
+            println!("(removing endpoint {id} took {} ms)", took.as_millis());
+        }
         Ok(())
     }
 }
@@ -276,6 +286,49 @@ fn print_slow_spells(timeline: &[(i64, i64)]) {
     }
 }
 
+/// 2b. The throughput's endpoints removed, each with the messages it was delivered, one after
+/// another from a second into an in-app dispatch at a steady `--rate` for four seconds: what
+/// the removals cost the API's answers. (Until migration 0029 each removal deleted its messages
+/// in one statement, in the writer's transaction, with every dispatch of that batch waiting.)
+async fn removal_under_load(
+    api: &Api,
+    receiver: &Receiver,
+    o: &Options,
+    engine: &str,
+    ids: Vec<String>,
+) -> anyhow::Result<()> {
+    let total = o.rate * 4;
+    let dispatching =
+        load::paced(&api.url, &api.key, "/api/v1/notifications", o.rate, total, in_app_body, |_| {});
+    let removing = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let started = Instant::now();
+        for id in &ids {
+            api.remove_endpoint(id).await?;
+        }
+        anyhow::Ok(started.elapsed())
+    };
+    let (paced, removed) = tokio::join!(dispatching, removing);
+    let removed = removed?;
+    for i in 0..ids.len() {
+        receiver.take(&format!("fan-{i}"));
+    }
+    let ms = |p: f64| load::percentile(&paced.answered, p).as_secs_f64() * 1000.0;
+    println!(
+        "{engine}: the {} endpoints removed with their messages in {} ms, one after another, during in-app dispatch at {}/s: {} of {} accepted, answers p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (at {:.1} s)",
+        ids.len(),
+        removed.as_millis(),
+        o.rate,
+        paced.accepted,
+        total,
+        ms(50.0),
+        ms(99.0),
+        ms(100.0),
+        paced.slowest.0.as_secs_f64()
+    );
+    Ok(())
+}
+
 /// 2-4. Deliveries per second, event → first attempt at a steady rate, and the same beside a
 /// dead endpoint's backlog against controls.
 async fn deliveries(
@@ -313,9 +366,7 @@ async fn deliveries(
         dispatched.elapsed.as_secs_f64(),
         dispatched.errors,
     );
-    for id in ids {
-        api.remove_endpoint(&id).await?;
-    }
+    removal_under_load(api, receiver, o, engine, ids).await?;
     if o.throughput_only {
         return Ok(());
     }

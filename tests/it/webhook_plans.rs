@@ -3,8 +3,11 @@
 //! after statistics gathered while nothing was pending. Each test
 //! runs on SQLite too, which has no statistics to go stale; each says what it checks there.
 
-use herald_common::api::webhooks::{EndpointStatus, MessageStatus};
-use herald_daemon::store::Verdict;
+use herald_common::{
+    api::webhooks::{EndpointStatus, MessageStatus},
+    ids::WebhookEndpointId,
+};
+use herald_daemon::store::{ENDPOINT_REMOVAL_GROUP, Verdict};
 use herald_tests::{Backend, both_backends};
 
 use super::webhook_store::{add_endpoint, add_endpoint_as, attempt, fan_out, open};
@@ -222,7 +225,9 @@ async fn an_emptied_outbox_leaves_claims_and_settlements_cheap(backend: Backend)
         setup.push("ANALYZE webhook_messages".to_owned());
     }
     backend.execute(&url, &setup).await;
-    assert!(store.delete_webhook_endpoint(tenant.clone(), removed.clone()).await.unwrap());
+    assert!(
+        store.delete_webhook_endpoint(tenant.clone(), removed.clone(), ENDPOINT_REMOVAL_GROUP).await.unwrap()
+    );
     if backend == Backend::Postgres {
         backend.execute(&url, &["ANALYZE webhook_messages".to_owned()]).await;
         let live = "SELECT reltuples::BIGINT FROM pg_class WHERE oid = 'webhook_messages'::regclass";
@@ -400,4 +405,163 @@ async fn a_bursts_fan_out_reads_only_the_messages_it_waits_behind(backend: Backe
 both_backends!(
     a_bursts_fan_out_reads_only_the_messages_it_waits_behind_on_each_backend,
     a_bursts_fan_out_reads_only_the_messages_it_waits_behind
+);
+
+/// Removing an endpoint reads only its own messages, whatever the statistics say, and never
+/// another tenant's. An endpoint keeps its delivered messages for 30 days; PostgreSQL's trigger
+/// (migration 0016) deleted them by a hash join over the whole outbox and its attempts (removing
+/// 100,000 of 400,000 messages read both tables, 536 ms in the writer's transaction). The store
+/// deletes them in groups first, each group read from the endpoint's index in its order
+/// (`DELETE_ENDPOINT_MESSAGES`), and the trigger takes what is left the same way (migration
+/// 0029): on PostgreSQL its statement's generic plan, with the endpoint compared by `=`, walked
+/// the primary key past the other endpoint's messages. Here the removed endpoint's messages are
+/// the newest, behind 60,000 of another's. On SQLite (its foreign keys cascade, through the same
+/// index) the removal in groups, and the tenant's check, are checked.
+async fn removing_an_endpoint_reads_only_its_messages(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    let other = add_endpoint(&store, &tenant, None).await;
+    let gone = add_endpoint(&store, &tenant, None).await;
+    let fill = |endpoint: &WebhookEndpointId, from: i64, to: i64| {
+        format!(
+            "INSERT INTO webhook_messages (endpoint_id, event_id, event_type, subject_id, status, next_attempt_at,
+                                           created_at, updated_at)
+             WITH RECURSIVE g(n) AS (SELECT {from} UNION ALL SELECT n + 1 FROM g WHERE n < {to})
+             SELECT '{endpoint}', n, 'webhook.test', 'ntf_' || (n % 500),
+                    CASE WHEN n % 10 = 0 THEN 'pending' ELSE 'succeeded' END,
+                    CASE WHEN n % 10 = 0 THEN 1000 + n END, 1, 2
+             FROM g"
+        )
+    };
+    let mut setup = vec![
+        fill(&other, 1, 60_000),
+        fill(&gone, 60_001, 66_500),
+        "INSERT INTO webhook_attempts (message_id, attempted_at, http_status, error, duration_ms)
+         SELECT id, 2, 200, NULL, 3 FROM webhook_messages"
+            .to_owned(),
+    ];
+    if backend == Backend::Postgres {
+        setup.push("ANALYZE webhook_messages".to_owned());
+        setup.push("ANALYZE webhook_attempts".to_owned());
+    } else {
+        // SQLite's foreign keys want the events (`webhook.test`'s: no fan-out makes messages of them).
+        setup.insert(
+            0,
+            format!(
+                "INSERT INTO webhook_events (id, tenant_id, endpoint_id, event_type, subject_id, data, occurred_at)
+                 WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 66500)
+                 SELECT n, '{tenant}', '{other}', 'webhook.test', 'ntf_' || n, '{{}}', 1 FROM g"
+            ),
+        );
+    }
+    backend.execute(&url, &setup).await;
+    let count = |sql: String| {
+        let url = url.clone();
+        async move { backend.count(&url, &sql).await }
+    };
+    let messages = |endpoint: &WebhookEndpointId| {
+        format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{endpoint}'")
+    };
+    let attempts = |endpoint: &WebhookEndpointId| {
+        format!(
+            "SELECT COUNT(*) FROM webhook_attempts a JOIN webhook_messages m ON m.id = a.message_id
+             WHERE m.endpoint_id = '{endpoint}'"
+        )
+    };
+    if backend == Backend::Postgres {
+        use sqlx::Connection as _;
+        // The trigger alone: the endpoint's row deleted with all its messages still there (as a
+        // tenant's removal does), seven groups (the function's statement planned generic from
+        // the sixth), in a transaction rolled back. The server counts what the transaction read.
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM webhook_endpoints WHERE id = '{gone}'")))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let read: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT relname::TEXT, seq_tup_read, idx_tup_fetch, n_tup_del FROM pg_stat_xact_user_tables
+             WHERE relid IN ('webhook_messages'::regclass, 'webhook_attempts'::regclass) ORDER BY relname",
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        tx.rollback().await.unwrap();
+        for (table, seq_read, index_read, deleted) in &read {
+            assert_eq!(*deleted, 6_500, "{table}: {read:?}");
+            assert_eq!(*seq_read, 0, "{table} read whole: {read:?}");
+            // A few rows fetched per message (its index entry's, its row, its attempt), not the
+            // other endpoint's 60,000 per group.
+            assert!(*index_read < 10 * 6_500, "{table}: {read:?}");
+        }
+        // The store's group, on its generic plan too: only the endpoint's first 1,000 (each
+        // message's entry, row and lock, its deletion and its attempt's: five to six buffers a
+        // message, not the 60,000 rows ahead of them).
+        use herald_daemon::store::webhook_statements::DELETE_ENDPOINT_MESSAGES;
+        for generic in [false, true] {
+            let (touched, plan) = buffers_touched(
+                &url,
+                DELETE_ENDPOINT_MESSAGES,
+                |q| q.bind(gone.to_string()).bind(tenant.to_string()).bind(1_000_i64),
+                generic,
+            )
+            .await;
+            assert!(touched < 8_000, "a group touched {touched} buffers (generic plan: {generic}):\n{plan}");
+            assert!(plan.contains("webhook_messages_by_endpoint"), "{plan}");
+        }
+    }
+    assert_eq!(count(messages(&gone)).await, 6_500);
+    // Another tenant's key removes nothing, not even a group.
+    let stranger = store.create_tenant("U".into()).await.unwrap().id;
+    assert!(!store.delete_webhook_endpoint(stranger, gone.clone(), 1_000).await.unwrap());
+    assert_eq!(count(messages(&gone)).await, 6_500);
+    assert_eq!(count(attempts(&gone)).await, 6_500);
+    // Groups of 1,000: six full, a short one, then the endpoint. On PostgreSQL the oldest message
+    // is held meanwhile by another transaction (as a group of attempts settling holds its
+    // messages): the groups pass it by and delete the rest, and only the endpoint's own deletion
+    // waits for it. (A group that waited for it, in id order, deadlocked with a settlement
+    // holding its messages in another order, in the bench.)
+    let removal = store.delete_webhook_endpoint(tenant.clone(), gone.clone(), 1_000);
+    if backend == Backend::Postgres {
+        use sqlx::Connection as _;
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT id FROM webhook_messages WHERE endpoint_id = '{gone}' ORDER BY id LIMIT 1 FOR UPDATE"
+        )))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let holder = async {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while count(messages(&gone)).await > 1 {
+                assert!(std::time::Instant::now() < deadline, "the groups waited for the row held");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            tx.commit().await.unwrap();
+        };
+        let (removed, ()) = tokio::join!(removal, holder);
+        assert!(removed.unwrap());
+    } else {
+        assert!(removal.await.unwrap());
+    }
+    assert_eq!(count(messages(&gone)).await, 0);
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM webhook_attempts a
+             WHERE NOT EXISTS (SELECT 1 FROM webhook_messages m WHERE m.id = a.message_id)"
+                .to_owned()
+        )
+        .await,
+        0,
+        "their attempts went with them"
+    );
+    assert_eq!(count(messages(&other)).await, 60_000);
+    assert_eq!(count(attempts(&other)).await, 60_000);
+    assert!(!store.delete_webhook_endpoint(tenant.clone(), gone.clone(), 1_000).await.unwrap(), "gone");
+    store.close().await;
+}
+both_backends!(
+    removing_an_endpoint_reads_only_its_messages_on_each_backend,
+    removing_an_endpoint_reads_only_its_messages
 );

@@ -234,7 +234,7 @@ async fn a_group_settles_each_message_and_endpoint(backend: Backend) {
         count("SELECT COUNT(*) FROM webhook_messages").await,
         count("SELECT COUNT(*) FROM webhook_attempts").await,
     );
-    assert!(store.delete_webhook_endpoint(tenant.clone(), ordered.clone()).await.unwrap());
+    assert!(store.delete_webhook_endpoint(tenant.clone(), ordered.clone(), 2).await.unwrap());
     assert_eq!(count("SELECT COUNT(*) FROM webhook_messages").await, messages_before - 3);
     assert_eq!(count("SELECT COUNT(*) FROM webhook_attempts").await, attempts_before - 3);
     // Settled messages are deleted by housekeeping with their attempts.

@@ -65,15 +65,15 @@ pub use streams::OpenStream;
 pub use suppressions::{NewSuppression, NotificationRecipient, SuppressionFilter, SuppressionRecord};
 pub use templates::TemplateRecord;
 pub use webhooks::{
-    AttemptRow, ClaimedMessage, DueEndpoint, EndpointChanges, FanOutLock, MessageRecord, Verdict,
-    WebhookAttemptRecord, WebhookEndpointRecord,
+    AttemptRow, ClaimedMessage, DueEndpoint, ENDPOINT_REMOVAL_GROUP, EndpointChanges, FanOutLock,
+    MessageRecord, Verdict, WebhookAttemptRecord, WebhookEndpointRecord,
 };
 pub use writer::runtime::CRASH_LOOP as WRITER_CRASH_LOOP;
 
 /// The dispatcher's PostgreSQL statements, for the tests that check their plans.
 #[doc(hidden)]
 pub mod webhook_statements {
-    pub use super::webhooks::{CLAIM_POSTGRES, SETTLE_POSTGRES, SIBLINGS_POSTGRES};
+    pub use super::webhooks::{CLAIM_POSTGRES, DELETE_ENDPOINT_MESSAGES, SETTLE_POSTGRES, SIBLINGS_POSTGRES};
 }
 
 use crate::{

@@ -272,7 +272,8 @@ pub async fn remove(
     tenant_id: &TenantId,
     id: &WebhookEndpointId,
 ) -> Result<(), WebhookError> {
-    if state.store.delete_webhook_endpoint(tenant_id.clone(), id.clone()).await? {
+    let group = crate::store::ENDPOINT_REMOVAL_GROUP;
+    if state.store.delete_webhook_endpoint(tenant_id.clone(), id.clone(), group).await? {
         Ok(())
     } else {
         Err(WebhookError::NotFound)
