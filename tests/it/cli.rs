@@ -229,6 +229,15 @@ async fn every_command(backend: Backend) {
     cli.run(&["domains", "verify", &domain_id, "--wait", "--timeout", "1s", "--interval", "100ms"])
         .await
         .failed(1, "the domain is");
+    // On a terminal the wait shows a spinner with what the last check found (it drew an empty
+    // bar and "0/0", no message, until the thirty-third session).
+    let args = ["domains", "verify", &domain_id, "--wait", "--timeout", "3s", "--interval", "200ms"];
+    let term = crate::terminal::Terminal::start(&cli, "domain-wait", &args, &[]).await;
+    crate::tui::line_with(&term, "mail.example.com: pending (", "the spinner's line", |l| {
+        l.contains("elapsed") && !l.contains("0/0")
+    })
+    .await;
+    crate::tui::line_with(&term, "[exit 1]", "the wait to give up", |_| true).await;
     cli.run(&["domains", "rm", &domain_id]).await.ok();
     cli.run(&["domains", "get", &domain_id]).await.failed(4, "not_found");
     cli.run(&["domains", "add", "not a domain"]).await.failed(2, "name");

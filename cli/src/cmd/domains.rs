@@ -124,8 +124,7 @@ async fn wait_for(
     timeout: Duration,
     interval: Duration,
 ) -> Result<DomainOut, Fail> {
-    let spinner = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
-    spinner.enable_steady_tick(Duration::from_millis(120));
+    let spinner = super::spinner(format!("checking {domain_id}"));
     let started = Instant::now();
     loop {
         let domain = client.verify_domain(domain_id).await?;

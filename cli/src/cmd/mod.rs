@@ -231,6 +231,16 @@ pub fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// A spinner on stderr (drawn only when stderr is a terminal) with `message`, ticking until it
+/// is finished. (A bar without a length drew an empty bar and "0/0" beside no message.)
+pub fn spinner(message: String) -> indicatif::ProgressBar {
+    let spinner = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    spinner.set_style(indicatif::ProgressStyle::default_spinner());
+    spinner.set_message(message);
+    spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+    spinner
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -166,10 +166,7 @@ impl Command {
             Command::Rm { endpoint_id } => {
                 // The daemon deletes the endpoint's messages (30 days of them) before answering:
                 // seconds for a busy endpoint. A spinner on a terminal meanwhile.
-                let spinner =
-                    indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
-                spinner.set_message(format!("removing {endpoint_id} and its messages"));
-                spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+                let spinner = super::spinner(format!("removing {endpoint_id} and its messages"));
                 let removed = client.remove_webhook(&endpoint_id).await;
                 spinner.finish_and_clear();
                 removed?;
