@@ -1,7 +1,8 @@
 //! The `herald` CLI as a person or a script uses it: the real binary against the real daemon, on
 //! both backends. Every command's happy path and error path, the exit codes, `--json` equal to
 //! the API's own JSON, a follow that survives the daemon's restart, a bulk send interrupted and
-//! run again (each recipient gets one message), a closed pipe, and colour only on a terminal.
+//! run again (each recipient gets one message), and a closed pipe (the CLI on a terminal:
+//! `cli_terminal.rs`).
 
 use std::{collections::BTreeMap, path::Path, process::Stdio, time::Duration};
 
@@ -229,15 +230,6 @@ async fn every_command(backend: Backend) {
     cli.run(&["domains", "verify", &domain_id, "--wait", "--timeout", "1s", "--interval", "100ms"])
         .await
         .failed(1, "the domain is");
-    // On a terminal the wait shows a spinner with what the last check found (it drew an empty
-    // bar and "0/0", no message, until the thirty-third session).
-    let args = ["domains", "verify", &domain_id, "--wait", "--timeout", "3s", "--interval", "200ms"];
-    let term = crate::terminal::Terminal::start(&cli, "domain-wait", &args, &[]).await;
-    crate::tui::line_with(&term, "mail.example.com: pending (", "the spinner's line", |l| {
-        l.contains("elapsed") && !l.contains("0/0")
-    })
-    .await;
-    crate::tui::line_with(&term, "[exit 1]", "the wait to give up", |_| true).await;
     cli.run(&["domains", "rm", &domain_id]).await.ok();
     cli.run(&["domains", "get", &domain_id]).await.failed(4, "not_found");
     cli.run(&["domains", "add", "not a domain"]).await.failed(2, "name");
@@ -357,31 +349,6 @@ async fn cli_exit_codes_and_conventions() {
     let pages = cli.home.path().join("man");
     cli.run(&["man", "--dir", pages.to_str().unwrap()]).await.ok();
     assert!(pages.join("herald-activity-retry.1").exists());
-    d.stop().await;
-}
-
-/// Colour only on a terminal, and never with `NO_COLOR`: the CLI run in a real terminal (tmux).
-#[tokio::test]
-async fn cli_colour_only_on_a_terminal_without_no_color() {
-    let d = TestDaemon::start(Backend::Sqlite).await;
-    let cli = Cli::new(&d).await;
-    let colored = crate::terminal::Terminal::start(&cli, "herald-colour", &["health"], &[]).await;
-    let screen = eventually("health on the terminal", WAIT, || async {
-        let screen = colored.capture_escapes().await;
-        screen.contains("running").then_some(screen)
-    })
-    .await;
-    assert!(screen.contains("\u{1b}["), "colour on a terminal: {screen:?}");
-    let plain =
-        crate::terminal::Terminal::start(&cli, "herald-nocolour", &["health"], &[("NO_COLOR", "1")]).await;
-    let screen = eventually("health on the terminal", WAIT, || async {
-        let screen = plain.capture_escapes().await;
-        screen.contains("running").then_some(screen)
-    })
-    .await;
-    assert!(!screen.contains("\u{1b}[3"), "no colour with NO_COLOR: {screen:?}");
-    // Piped: no colour either.
-    assert!(!cli.run(&["health"]).await.ok().contains('\u{1b}'));
     d.stop().await;
 }
 

@@ -6,6 +6,7 @@ mod batches;
 mod bounces;
 mod browser;
 mod cli;
+mod cli_terminal;
 mod crash;
 mod dispatch;
 mod domains;

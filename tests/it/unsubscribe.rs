@@ -150,7 +150,9 @@ async fn one_click(backend: Backend) {
     let url = link(&d, &mail);
     let token = url.rsplit('/').next().unwrap();
     assert!(token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{token}");
-    for secret in ["ann", "smith", "example.org", "digest", first.as_str(), "tnt_"] {
+    // (Not "ann": a sealed token of about 200 random characters holds some case of three given
+    // letters about once in 170 runs, and did in this suite.)
+    for secret in ["smith", "example.org", "digest", first.as_str(), "tnt_"] {
         assert!(!token.to_lowercase().contains(secret), "the token shows `{secret}`: {token}");
     }
     let verdict = verify_dkim(&mail.path, &dns).await;
