@@ -182,6 +182,8 @@ struct Api {
     url: String,
     key: String,
     http: reqwest::Client,
+    /// The daemon's database, to wait for the purge of a removed endpoint.
+    store: (Backend, String),
 }
 
 impl Api {
@@ -205,9 +207,18 @@ impl Api {
         body["endpoint_id"].as_str().map(str::to_owned).context("no endpoint_id")
     }
 
-    /// Removes an endpoint, and says how long the API took when that was more than 50 ms (an
-    /// endpoint's removal should not hold the writer: docs/WEBHOOKS.md, "Removing an endpoint").
+    /// Removes an endpoint, and waits until the daemon has purged its messages (a row of the
+    /// bench that began meanwhile would pay for the purge).
     async fn remove_endpoint(&self, id: &str) -> anyhow::Result<()> {
+        self.remove_endpoint_only(id).await?;
+        self.purged().await;
+        Ok(())
+    }
+
+    /// Removes an endpoint, and says how long the API took when that was more than 50 ms (a
+    /// removal only marks the endpoint; the daemon purges its messages afterwards:
+    /// docs/WEBHOOKS.md, "Removing an endpoint").
+    async fn remove_endpoint_only(&self, id: &str) -> anyhow::Result<()> {
         let url = format!("{}/api/v1/webhooks/{id}", self.url);
         let started = Instant::now();
         let status = self.http.delete(url).bearer_auth(&self.key).send().await?.status();
@@ -217,6 +228,15 @@ impl Api {
             println!("(removing endpoint {id} took {} ms)", took.as_millis());
         }
         Ok(())
+    }
+
+    /// Waits until the daemon has purged every removed endpoint, its messages and its row
+    /// (`delivery/webhooks/purge.rs`).
+    async fn purged(&self) {
+        let left = "SELECT COUNT(*) FROM webhook_endpoints WHERE status = 'removed'";
+        while self.store.0.count(&self.store.1, left).await > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -258,8 +278,12 @@ async fn paced_lags(
     o: &Options,
 ) -> anyhow::Result<(Vec<i64>, usize, usize)> {
     let total = o.rate * o.seconds as usize;
+    let probe = DiskProbe::start();
     let paced =
         load::paced(&api.url, &api.key, "/api/v1/notifications", o.rate, total, in_app_body, |_| {}).await;
+    if let Some(probe) = probe {
+        probe.report();
+    }
     receiver.wait_for(name, paced.accepted, Duration::from_secs(120)).await;
     let mut seen = receiver.take(name);
     if std::env::var_os("HERALD_BENCH_TIMELINE").is_some() {
@@ -267,6 +291,71 @@ async fn paced_lags(
     }
     seen.lag_ms.sort_unstable();
     Ok((seen.lag_ms, seen.count, paced.accepted))
+}
+
+/// With `HERALD_BENCH_DISK_PROBE` set, the disk's own latency during a paced step, measured
+/// beside it: a thread of the bench writes 4 KiB into a file of the temporary folder (where the
+/// SQLite database is; PostgreSQL's WAL is on the same disk here) and `fdatasync`s it every
+/// 10 ms, overwriting the file's first MiB in turn as SQLite's WAL is overwritten. A durable
+/// commit cannot be faster than that: when the probe's p99 is over 50 ms, so is any latency
+/// that waits for a commit (docs/PERFORMANCE.md, thirty-fourth session). Off by default: its
+/// hundred syncs a second are load of their own.
+struct DiskProbe {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<std::io::Result<Vec<Duration>>>,
+}
+
+impl DiskProbe {
+    fn start() -> Option<DiskProbe> {
+        std::env::var_os("HERALD_BENCH_DISK_PROBE")?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            use std::io::{Seek, SeekFrom, Write};
+            let mut file = tempfile::tempfile_in(std::env::temp_dir())?;
+            let page = [7u8; 4096];
+            for _ in 0..256 {
+                file.write_all(&page)?;
+            }
+            file.sync_all()?;
+            let mut took = Vec::new();
+            let mut i = 0u64;
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                file.seek(SeekFrom::Start((i % 256) * 4096))?;
+                let started = Instant::now();
+                file.write_all(&page)?;
+                file.sync_data()?;
+                took.push(started.elapsed());
+                i += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(took)
+        });
+        Some(DiskProbe { stop, thread })
+    }
+
+    fn report(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        match self.thread.join() {
+            Ok(Ok(mut took)) if !took.is_empty() => {
+                took.sort_unstable();
+                let at = |p: f64| {
+                    let i = ((took.len() as f64 * p / 100.0).ceil() as usize).clamp(1, took.len()) - 1;
+                    took[i].as_secs_f64() * 1000.0
+                };
+                println!(
+                    "  (the disk meanwhile: {} syncs of 4 KiB, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms)",
+                    took.len(),
+                    at(50.0),
+                    at(99.0),
+                    at(100.0)
+                );
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => println!("  (the disk probe failed: {e})"),
+            Err(_) => println!("  (the disk probe panicked)"),
+        }
+    }
 }
 
 /// With `HERALD_BENCH_TIMELINE` set: each 100 ms of a paced step (by the events' timestamps)
@@ -288,8 +377,10 @@ fn print_slow_spells(timeline: &[(i64, i64)]) {
 
 /// 2b. The throughput's endpoints removed, each with the messages it was delivered, one after
 /// another from a second into an in-app dispatch at a steady `--rate` for four seconds: what
-/// the removals cost the API's answers. (Until migration 0029 each removal deleted its messages
-/// in one statement, in the writer's transaction, with every dispatch of that batch waiting.)
+/// the removals and the purge of their messages cost the API's answers. (Until migration 0029
+/// each removal deleted its messages in one statement, in the writer's transaction, with every
+/// dispatch of that batch waiting; until the thirty-fourth session the API call deleted them in
+/// groups before it answered.)
 async fn removal_under_load(
     api: &Api,
     receiver: &Receiver,
@@ -304,20 +395,23 @@ async fn removal_under_load(
         tokio::time::sleep(Duration::from_secs(1)).await;
         let started = Instant::now();
         for id in &ids {
-            api.remove_endpoint(id).await?;
+            api.remove_endpoint_only(id).await?;
         }
-        anyhow::Ok(started.elapsed())
+        let removed = started.elapsed();
+        api.purged().await;
+        anyhow::Ok((removed, started.elapsed()))
     };
     let (paced, removed) = tokio::join!(dispatching, removing);
-    let removed = removed?;
+    let (removed, purged) = removed?;
     for i in 0..ids.len() {
         receiver.take(&format!("fan-{i}"));
     }
     let ms = |p: f64| load::percentile(&paced.answered, p).as_secs_f64() * 1000.0;
     println!(
-        "{engine}: the {} endpoints removed with their messages in {} ms, one after another, during in-app dispatch at {}/s: {} of {} accepted, answers p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (at {:.1} s)",
+        "{engine}: the {} endpoints removed in {} ms, one after another, and purged of their messages {} ms after the first removal, during in-app dispatch at {}/s: {} of {} accepted, answers p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (at {:.1} s)",
         ids.len(),
         removed.as_millis(),
+        purged.as_millis(),
         o.rate,
         paced.accepted,
         total,
@@ -457,8 +551,8 @@ async fn deliveries(
     for _ in 0..rounds {
         beside.push(paced("beside it").await?);
     }
-    // The second control, on the database the backlog grew: the dead endpoint removed (its
-    // messages with it).
+    // The second control, on the database the backlog grew: the dead endpoint removed, and
+    // purged of its messages.
     api.remove_endpoint(&dead).await?;
     tokio::time::sleep(QUIET).await;
     let mut after = Vec::new();
@@ -535,7 +629,12 @@ pub async fn run(o: Options) -> anyhow::Result<()> {
     let settings = vec![("HERALD_WEBHOOK_ALLOWED_NETWORKS".to_owned(), "127.0.0.0/8".to_owned())];
     let d =
         start_daemon_with(&o.daemon, dir.path(), &database_url, smtp_port, false, &settings, None).await?;
-    let api = Api { url: d.url.clone(), key: d.boot.api_key.clone(), http: reqwest::Client::new() };
+    let api = Api {
+        url: d.url.clone(),
+        key: d.boot.api_key.clone(),
+        http: reqwest::Client::new(),
+        store: (backend, database_url.clone()),
+    };
     let nothing = nothing();
     let engine = engine_name(backend);
     if let Some(path) = &o.postgres_sql {

@@ -107,6 +107,7 @@ pub async fn build_state(config: Config, local_addr: SocketAddr) -> anyhow::Resu
         resolver,
         signers: Arc::default(),
         delivery_wake: Arc::new(tokio::sync::Notify::new()),
+        webhook_purge: Arc::new(tokio::sync::Notify::new()),
         clock: Arc::new(clock::Clock::default()),
         tasks: Arc::default(),
         daemon_id: format!("dmn_{}", crate::secret::random_token(12)).into(),
@@ -137,6 +138,7 @@ fn start_tasks(
         task!("webhook-statistics", delivery::webhooks::run_statistics);
     }
     task!("webhook-settle", delivery::webhooks::run_settle);
+    task!("webhook-purge", delivery::webhooks::run_purge);
     task!("housekeeping", service::housekeeping);
     task!("domain-checks", service::domains::run_checks);
     task!("stream-registration", stream::renew_daemon);

@@ -41,6 +41,8 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Wakes the delivery workers when a dispatch commits.
     pub delivery_wake: Arc<tokio::sync::Notify>,
+    /// Wakes the purge of removed webhook endpoints (`delivery/webhooks/purge.rs`).
+    pub webhook_purge: Arc<tokio::sync::Notify>,
     /// The OpenAPI document, rendered once when the router is built.
     pub openapi: Arc<OnceLock<String>>,
     /// Where the bounce listener listens, once `serve` has bound it (`HERALD_BOUNCE_LISTEN` may

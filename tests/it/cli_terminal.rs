@@ -33,7 +33,7 @@ async fn cli_colour_only_on_a_terminal_without_no_color() {
 
 /// A long wait shows a spinner with what it is waiting for: `domains verify --wait` the last
 /// check's findings. (Without a style it drew an empty bar and "0/0", and no message, until the
-/// thirty-third session; `webhooks rm` shares the helper.)
+/// thirty-third session.)
 #[tokio::test]
 async fn cli_spinners_say_what_they_wait_for() {
     let d = TestDaemon::start(Backend::Sqlite).await;

@@ -163,7 +163,7 @@ async fn owed_in_app_events_fail_when_disabled_and_go_with_retention(backend: Ba
         Backend::Postgres => assert_eq!(count(backend, &url, BATCHES).await, 1, "kept while owed"),
         Backend::Sqlite => assert_eq!(count(backend, &url, owed).await, 3, "kept while owed"),
     }
-    store.delete_webhook_endpoint(tenant.clone(), dead.clone(), ENDPOINT_REMOVAL_GROUP).await.unwrap();
+    herald_tests::remove_webhook_endpoint(&store, &tenant, &dead, ENDPOINT_REMOVAL_GROUP).await;
     // Not before they are as old as retention keeps them.
     store.delete_settled_webhook_messages(900, 1).await.unwrap();
     if backend == Backend::Postgres {

@@ -179,3 +179,35 @@ async fn operate(backend: Backend) {
     d.stop().await;
 }
 both_backends!(webhooks_from_the_cli_and_the_dashboard_on_each_backend, operate);
+
+/// Removing a busy endpoint stops its deliveries at once (only a request already under way may
+/// end), and the daemon's purge then deletes its messages and its row.
+async fn a_removal_stops_deliveries_at_once(backend: Backend) {
+    let (d, _boot, key, hooks) = crate::webhooks::start_with(backend, Vec::new()).await;
+    let id = crate::webhooks::endpoint(&key, &hooks, "busy", None).await.endpoint.endpoint_id;
+    hooks.set_answers("busy", &["slow:300"]);
+    // Test events of one endpoint share a subject: they go one after another, 300 ms each.
+    for _ in 0..10 {
+        key.test_webhook(&id).await.unwrap();
+    }
+    hooks.wait_for("busy", 2, WAIT).await;
+    key.remove_webhook(&id).await.unwrap();
+    let at_removal = hooks.received("busy").len();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let after = hooks.received("busy").len();
+    assert!(after <= at_removal + 1, "{after} requests after the removal, {at_removal} before it");
+    let left = |table: &'static str| {
+        let sql = format!(
+            "SELECT COUNT(*) FROM {table} WHERE {} = '{id}'",
+            if table == "webhook_messages" { "endpoint_id" } else { "id" }
+        );
+        let url = d.database_url.clone();
+        async move { backend.count(&url, &sql).await }
+    };
+    eventually("the purge to delete the endpoint's messages and row", WAIT, || async {
+        (left("webhook_messages").await == 0 && left("webhook_endpoints").await == 0).then_some(())
+    })
+    .await;
+    d.stop().await;
+}
+both_backends!(a_removal_stops_deliveries_at_once_on_each_backend, a_removal_stops_deliveries_at_once);

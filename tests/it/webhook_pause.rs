@@ -116,7 +116,7 @@ async fn a_paused_endpoint_is_owed_its_events_and_caught_up_in_order(backend: Ba
     assert_eq!(messages_of(backend, &url, &live).await, 80, "the live endpoint gets every event");
 
     // Retention keeps the owed events, which no message refers to yet.
-    store.delete_webhook_endpoint(tenant.clone(), live.clone(), ENDPOINT_REMOVAL_GROUP).await.unwrap();
+    herald_tests::remove_webhook_endpoint(&store, &tenant, &live, ENDPOINT_REMOVAL_GROUP).await;
     store.delete_settled_webhook_messages(i64::MAX, 1_000).await.unwrap();
     assert_eq!(count(backend, &url, "SELECT COUNT(*) FROM webhook_events").await, 80, "owed events kept");
 

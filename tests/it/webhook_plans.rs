@@ -225,9 +225,7 @@ async fn an_emptied_outbox_leaves_claims_and_settlements_cheap(backend: Backend)
         setup.push("ANALYZE webhook_messages".to_owned());
     }
     backend.execute(&url, &setup).await;
-    assert!(
-        store.delete_webhook_endpoint(tenant.clone(), removed.clone(), ENDPOINT_REMOVAL_GROUP).await.unwrap()
-    );
+    assert!(herald_tests::remove_webhook_endpoint(&store, &tenant, &removed, ENDPOINT_REMOVAL_GROUP).await);
     if backend == Backend::Postgres {
         backend.execute(&url, &["ANALYZE webhook_messages".to_owned()]).await;
         let live = "SELECT reltuples::BIGINT FROM pg_class WHERE oid = 'webhook_messages'::regclass";
@@ -511,18 +509,28 @@ async fn removing_an_endpoint_reads_only_its_messages(backend: Backend) {
         }
     }
     assert_eq!(count(messages(&gone)).await, 6_500);
-    // Another tenant's key removes nothing, not even a group.
+    // Another tenant's key removes nothing, and leaves nothing to purge.
     let stranger = store.create_tenant("U".into()).await.unwrap().id;
-    assert!(!store.delete_webhook_endpoint(stranger, gone.clone(), 1_000).await.unwrap());
+    assert!(!store.remove_webhook_endpoint(stranger, gone.clone(), 1).await.unwrap());
+    assert_eq!(store.purge_removed_webhook_endpoint(1_000).await.unwrap(), None);
     assert_eq!(count(messages(&gone)).await, 6_500);
     assert_eq!(count(attempts(&gone)).await, 6_500);
-    // Groups of 1,000: six full, a short one, then the endpoint. On PostgreSQL the oldest message
-    // is held meanwhile by another transaction (as a group of attempts settling holds its
-    // messages): the groups pass it by and delete the rest, and only the endpoint's own deletion
-    // waits for it. (A group that waited for it, in id order, deadlocked with a settlement
-    // holding its messages in another order, in the bench.)
-    let removal = store.delete_webhook_endpoint(tenant.clone(), gone.clone(), 1_000);
-    if backend == Backend::Postgres {
+    // The removal deletes nothing itself; the purge then does, in groups of 1,000: six full, a
+    // short one with the endpoint. On PostgreSQL the oldest message is held meanwhile by another
+    // transaction (as a group of attempts settling holds its messages): the groups pass it by and
+    // delete the rest, and only the endpoint's own deletion waits for it. (A group that waited for
+    // it, in id order, deadlocked with a settlement holding its messages in another order, in the
+    // bench.)
+    assert!(store.remove_webhook_endpoint(tenant.clone(), gone.clone(), 1).await.unwrap());
+    assert_eq!(count(messages(&gone)).await, 6_500);
+    let purge = async {
+        let mut steps = Vec::new();
+        while let Some(step) = store.purge_removed_webhook_endpoint(1_000).await.unwrap() {
+            steps.push((step.messages, step.endpoint));
+        }
+        steps
+    };
+    let steps = if backend == Backend::Postgres {
         use sqlx::Connection as _;
         let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
         let mut tx = conn.begin().await.unwrap();
@@ -540,11 +548,12 @@ async fn removing_an_endpoint_reads_only_its_messages(backend: Backend) {
             }
             tx.commit().await.unwrap();
         };
-        let (removed, ()) = tokio::join!(removal, holder);
-        assert!(removed.unwrap());
+        tokio::join!(purge, holder).0
     } else {
-        assert!(removal.await.unwrap());
-    }
+        purge.await
+    };
+    let last = if backend == Backend::Postgres { 499 } else { 500 };
+    assert_eq!(steps, [vec![(1_000, false); 6], vec![(last, true)]].concat());
     assert_eq!(count(messages(&gone)).await, 0);
     assert_eq!(
         count(
@@ -558,7 +567,7 @@ async fn removing_an_endpoint_reads_only_its_messages(backend: Backend) {
     );
     assert_eq!(count(messages(&other)).await, 60_000);
     assert_eq!(count(attempts(&other)).await, 60_000);
-    assert!(!store.delete_webhook_endpoint(tenant.clone(), gone.clone(), 1_000).await.unwrap(), "gone");
+    assert!(!store.remove_webhook_endpoint(tenant.clone(), gone.clone(), 1).await.unwrap(), "gone");
     store.close().await;
 }
 both_backends!(

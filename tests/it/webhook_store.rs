@@ -13,8 +13,8 @@ use herald_common::{
 use herald_daemon::{
     config::Layers,
     store::{
-        ClaimedMessage, MessageRecord, NewSuppression, Store, Verdict, WebhookAttemptRecord,
-        WebhookEndpointRecord,
+        ClaimedMessage, EndpointChanges, FanOutLock, MessageRecord, NewSuppression, Store, Verdict,
+        WebhookAttemptRecord, WebhookEndpointRecord,
     },
 };
 use herald_tests::{Backend, both_backends};
@@ -234,7 +234,7 @@ async fn a_group_settles_each_message_and_endpoint(backend: Backend) {
         count("SELECT COUNT(*) FROM webhook_messages").await,
         count("SELECT COUNT(*) FROM webhook_attempts").await,
     );
-    assert!(store.delete_webhook_endpoint(tenant.clone(), ordered.clone(), 2).await.unwrap());
+    assert!(herald_tests::remove_webhook_endpoint(&store, &tenant, &ordered, 2).await);
     assert_eq!(count("SELECT COUNT(*) FROM webhook_messages").await, messages_before - 3);
     assert_eq!(count("SELECT COUNT(*) FROM webhook_attempts").await, attempts_before - 3);
     // Settled messages are deleted by housekeeping with their attempts.
@@ -603,4 +603,74 @@ async fn a_notification_event_is_stored_compact_and_claimed_whole(backend: Backe
 both_backends!(
     a_notification_event_is_stored_compact_and_claimed_whole_on_each_backend,
     a_notification_event_is_stored_compact_and_claimed_whole
+);
+
+/// A removed endpoint is gone from every read of the API and from the dispatcher's at once, gets
+/// no message for a later event and holds nothing back for retention (it was paused, owed
+/// events); its messages wait for the purge, which deletes them a group at a time, then the
+/// endpoint.
+async fn a_removed_endpoint_is_gone_at_once_and_purged_after(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, tenant, url) = open(backend, dir.path()).await;
+    let count = |sql: String| {
+        let url = url.clone();
+        async move { backend.count(&url, &sql).await }
+    };
+    let messages_of =
+        |id: &WebhookEndpointId| format!("SELECT COUNT(*) FROM webhook_messages WHERE endpoint_id = '{id}'");
+    let kept = add_endpoint(&store, &tenant, None).await;
+    let removed = add_endpoint(&store, &tenant, None).await;
+    for i in 0..3 {
+        store.add_suppression(suppression(&tenant, i)).await.unwrap();
+    }
+    fan_out(&store).await;
+    assert_eq!(count(messages_of(&removed)).await, 3);
+    assert_eq!(
+        store.pause_webhook_endpoint(removed.clone(), 20, FanOutLock::Wait).await.unwrap(),
+        Some(true)
+    );
+
+    let stranger = store.create_tenant("U".into()).await.unwrap().id;
+    assert!(!store.remove_webhook_endpoint(stranger, removed.clone(), 30).await.unwrap(), "not its");
+    assert!(store.remove_webhook_endpoint(tenant.clone(), removed.clone(), 30).await.unwrap());
+    assert!(
+        !store.remove_webhook_endpoint(tenant.clone(), removed.clone(), 31).await.unwrap(),
+        "removed once"
+    );
+    assert!(store.webhook_endpoint(&tenant, &removed).await.unwrap().is_none());
+    let listed: Vec<WebhookEndpointId> =
+        store.webhook_endpoints(&tenant).await.unwrap().into_iter().map(|e| e.id).collect();
+    assert_eq!(listed, std::slice::from_ref(&kept));
+    let enable = EndpointChanges { status: Some((EndpointStatus::Enabled, None)), ..Default::default() };
+    assert!(
+        store.update_webhook_endpoint(tenant.clone(), removed.clone(), enable, 32).await.unwrap().is_none()
+    );
+    assert!(store.rotate_webhook_secret(tenant.clone(), removed.clone(), 40, 32).await.unwrap().is_none());
+    assert!(store.add_webhook_test_event(tenant.clone(), removed.clone(), 32).await.unwrap().is_none());
+    assert!(store.due_webhook_endpoints().await.unwrap().iter().all(|e| e.id != removed));
+    assert_eq!(
+        count("SELECT COUNT(*) FROM webhook_endpoints WHERE paused_after IS NOT NULL".into()).await,
+        0
+    );
+
+    for i in 3..5 {
+        store.add_suppression(suppression(&tenant, i)).await.unwrap();
+    }
+    fan_out(&store).await;
+    assert_eq!(count(messages_of(&kept)).await, 5);
+    assert_eq!(count(messages_of(&removed)).await, 3, "no message made after the removal; none deleted yet");
+
+    let mut steps = Vec::new();
+    while let Some(step) = store.purge_removed_webhook_endpoint(2).await.unwrap() {
+        steps.push((step.messages, step.endpoint));
+    }
+    assert_eq!(steps, [(2, false), (1, true)]);
+    assert_eq!(count(messages_of(&removed)).await, 0);
+    assert_eq!(count(messages_of(&kept)).await, 5);
+    assert_eq!(count(format!("SELECT COUNT(*) FROM webhook_endpoints WHERE id = '{removed}'")).await, 0);
+    store.close().await;
+}
+both_backends!(
+    a_removed_endpoint_is_gone_at_once_and_purged_after_on_each_backend,
+    a_removed_endpoint_is_gone_at_once_and_purged_after
 );

@@ -56,3 +56,17 @@ pub fn free_port() -> u16 {
 pub fn init_crypto() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
+
+/// Removes a webhook endpoint as `DELETE /api/v1/webhooks/{id}` does, then purges it as the
+/// daemon's purge task does, `group` messages at a time, until no removed endpoint is left;
+/// whether the tenant had it.
+pub async fn remove_webhook_endpoint(
+    store: &herald_daemon::store::Store,
+    tenant_id: &herald_common::ids::TenantId,
+    id: &herald_common::ids::WebhookEndpointId,
+    group: i64,
+) -> bool {
+    let removed = store.remove_webhook_endpoint(tenant_id.clone(), id.clone(), 1).await.expect("removed");
+    while store.purge_removed_webhook_endpoint(group).await.expect("purged").is_some() {}
+    removed
+}

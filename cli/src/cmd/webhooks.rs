@@ -164,14 +164,12 @@ impl Command {
                 show(out, &endpoint)
             }
             Command::Rm { endpoint_id } => {
-                // The daemon deletes the endpoint's messages (30 days of them) before answering:
-                // seconds for a busy endpoint. A spinner on a terminal meanwhile.
-                let spinner = super::spinner(format!("removing {endpoint_id} and its messages"));
-                let removed = client.remove_webhook(&endpoint_id).await;
-                spinner.finish_and_clear();
-                removed?;
+                client.remove_webhook(&endpoint_id).await?;
                 if !out.is_json() {
                     out.line(&format!("removed {endpoint_id}"))?;
+                    out.note(
+                        "nothing more is sent to it; the daemon deletes its deliveries in the background",
+                    );
                 }
                 Ok(())
             }

@@ -122,12 +122,13 @@ async fn update_webhook(
     Ok(Json(service::update(&state, principal.tenant_id(), &id, patch).await?))
 }
 
-/// Removes an endpoint and its messages (`webhooks:write`).
+/// Removes an endpoint (`webhooks:write`): at once nothing more is sent to it and it is no longer
+/// found; its messages are deleted in the background.
 #[utoipa::path(delete, path = "/api/v1/webhooks/{endpoint_id}", tag = "webhooks",
     params(("endpoint_id" = String, Path)),
     security(("operator" = []), ("api_key" = [])),
     responses(
-        (status = 204, description = "Removed"),
+        (status = 204, description = "Removed: nothing more is sent to it; its deliveries are deleted in the background"),
         (status = 401, description = "Missing, invalid or expired credential", body = Problem, content_type = PROBLEM),
         (status = 403, description = "The credential lacks webhooks:write", body = Problem, content_type = PROBLEM),
         (status = 404, description = "No such endpoint in this tenant", body = Problem, content_type = PROBLEM),

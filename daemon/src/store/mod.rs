@@ -66,7 +66,7 @@ pub use suppressions::{NewSuppression, NotificationRecipient, SuppressionFilter,
 pub use templates::TemplateRecord;
 pub use webhooks::{
     AttemptRow, ClaimedMessage, DueEndpoint, ENDPOINT_REMOVAL_GROUP, EndpointChanges, FanOutLock,
-    MessageRecord, Verdict, WebhookAttemptRecord, WebhookEndpointRecord,
+    MessageRecord, Purged, Verdict, WebhookAttemptRecord, WebhookEndpointRecord,
 };
 pub use writer::runtime::CRASH_LOOP as WRITER_CRASH_LOOP;
 

@@ -44,6 +44,7 @@
 mod fan_out;
 mod lane;
 mod pressure;
+mod purge;
 mod recorder;
 mod send;
 mod settle;
@@ -59,7 +60,9 @@ use herald_common::ids::WebhookEndpointId;
 use tokio::{sync::mpsc, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 
-pub use self::{fan_out::run_fan_out, send::http_client, settle::run_settle, statistics::run_statistics};
+pub use self::{
+    fan_out::run_fan_out, purge::run_purge, send::http_client, settle::run_settle, statistics::run_statistics,
+};
 use self::{
     lane::{Back, Claim, Ended, Lane, Outcome, Reply, Stored},
     pressure::Pressure,

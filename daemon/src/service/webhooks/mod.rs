@@ -272,12 +272,14 @@ pub async fn remove(
     tenant_id: &TenantId,
     id: &WebhookEndpointId,
 ) -> Result<(), WebhookError> {
-    let group = crate::store::ENDPOINT_REMOVAL_GROUP;
-    if state.store.delete_webhook_endpoint(tenant_id.clone(), id.clone(), group).await? {
-        Ok(())
-    } else {
-        Err(WebhookError::NotFound)
+    if !state.store.remove_webhook_endpoint(tenant_id.clone(), id.clone(), state.clock.now_millis()).await? {
+        return Err(WebhookError::NotFound);
     }
+    // The dispatcher drops the endpoint's lane at its next look, and the purge deletes its
+    // messages (`delivery/webhooks/purge.rs`).
+    state.store.wake_webhooks();
+    state.webhook_purge.notify_one();
+    Ok(())
 }
 
 /// A new secret; the old one signs beside it for the configured overlap.

@@ -90,6 +90,15 @@ macro_rules! endpoint_columns {
     };
 }
 
+/// One step of [`Store::purge_removed_webhook_endpoint`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Purged {
+    /// Messages deleted (with their attempts).
+    pub messages: u64,
+    /// Whether the endpoint's row went too: this endpoint is done.
+    pub endpoint: bool,
+}
+
 /// The changes of a `PATCH`: each `Some` is set.
 #[derive(Clone, Debug, Default)]
 pub struct EndpointChanges {
@@ -142,7 +151,7 @@ impl Store {
             concat!(
                 "SELECT ",
                 endpoint_columns!(),
-                " FROM webhook_endpoints WHERE tenant_id = $1 ORDER BY id"
+                " FROM webhook_endpoints WHERE tenant_id = $1 AND status <> 'removed' ORDER BY id"
             ),
             tenant_id
         )
@@ -161,7 +170,7 @@ impl Store {
             concat!(
                 "SELECT ",
                 endpoint_columns!(),
-                " FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2"
+                " FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2 AND status <> 'removed'"
             ),
             tenant_id,
             id
@@ -195,7 +204,7 @@ impl Store {
                                               ELSE failing_since END,
                          status = COALESCE($8, status),
                          updated_at = $10
-                     WHERE tenant_id = $1 AND id = $2",
+                     WHERE tenant_id = $1 AND id = $2 AND status <> 'removed'",
                     &tenant_id,
                     &id,
                     &changes.url,
@@ -225,23 +234,58 @@ impl Store {
         .await
     }
 
-    /// Removes an endpoint and its messages; `false` if there is none in the tenant. The
-    /// messages go first, `group` at a time (with their attempts), each group a write of its own
-    /// beside the writer, then the endpoint with the few the fan-out made meanwhile. An endpoint
-    /// keeps its delivered messages for 30 days: deleted with it in one statement, in the
-    /// writer's transaction, 100,000 of them held every other write for half a second on
-    /// PostgreSQL, whose trigger also read both tables whole (docs/WEBHOOKS.md, "Removing an
-    /// endpoint"; migration 0029).
-    pub async fn delete_webhook_endpoint(
+    /// Removes an endpoint from its tenant's API at once; `false` if there is none in the tenant.
+    /// It is marked `removed`: no longer listed or found (every read of the API passes it by),
+    /// the triggers and the fan-outs write it no more events or messages (they look for enabled
+    /// endpoints), the dispatchers drop its lane at their next look, and nothing it was owed
+    /// holds retention back (`paused_after` cleared). Its messages, 30 days of deliveries, are
+    /// deleted afterwards by [`Store::purge_removed_webhook_endpoint`]: deleted in the API call,
+    /// a busy endpoint's removal took seconds (minutes for millions of messages, past any HTTP
+    /// client's patience) while the fan-out went on making it messages and the dispatcher went
+    /// on sending them (docs/WEBHOOKS.md, "Removing an endpoint").
+    pub async fn remove_webhook_endpoint(
         &self,
         tenant_id: TenantId,
         id: WebhookEndpointId,
-        group: i64,
+        now: i64,
     ) -> StoreResult<bool> {
+        self.write(move |conn| {
+            Box::pin(async move {
+                Ok(execute!(
+                    conn,
+                    "UPDATE webhook_endpoints
+                     SET status = 'removed', paused_after = NULL, failing_since = NULL, updated_at = $3
+                     WHERE tenant_id = $1 AND id = $2 AND status <> 'removed'",
+                    &tenant_id,
+                    &id,
+                    now
+                )? == 1)
+            })
+        })
+        .await
+    }
+
+    /// Deletes what is left of one removed endpoint ([`Store::remove_webhook_endpoint`]), a
+    /// step at a time: up to `group` of its messages (with their attempts), oldest first, in a
+    /// write of their own beside the writer; once a group comes back short, the endpoint's row
+    /// (in the writer's transaction, with the few messages a group passed by). What it did, or
+    /// `None` when no endpoint is waiting to be purged. A removed endpoint gets no new messages,
+    /// so its groups come to an end; run again after a crash, it goes on where it stopped.
+    pub async fn purge_removed_webhook_endpoint(&self, group: i64) -> StoreResult<Option<Purged>> {
         let group = group.max(1);
-        loop {
+        let removed: Option<(WebhookEndpointId, TenantId)> = {
+            let mut conn = self.read().await?;
+            fetch!(
+                &mut conn.conn(),
+                fetch_optional,
+                (WebhookEndpointId, TenantId),
+                "SELECT id, tenant_id FROM webhook_endpoints WHERE status = 'removed' ORDER BY updated_at, id LIMIT 1"
+            )?
+        };
+        let Some((id, tenant_id)) = removed else { return Ok(None) };
+        let messages = loop {
             let (tenant_id, id) = (tenant_id.clone(), id.clone());
-            let deleted = match self
+            match self
                 .write_apart(move |conn| {
                     Box::pin(async move {
                         let sql = match conn.engine() {
@@ -255,23 +299,22 @@ impl Store {
             {
                 // A group is only ever deleted again: run it again once the other has gone.
                 Err(e) if e.is_conflict() => continue,
-                other => other?,
-            };
-            if deleted < u64::try_from(group).unwrap_or(u64::MAX) {
-                break;
+                other => break other?,
             }
-        }
-        self.write(move |conn| {
-            Box::pin(async move {
-                Ok(execute!(
-                    conn,
-                    "DELETE FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2",
-                    &tenant_id,
-                    &id
-                )? == 1)
-            })
-        })
-        .await
+        };
+        let endpoint = messages < u64::try_from(group).unwrap_or(u64::MAX)
+            && self
+                .write(move |conn| {
+                    Box::pin(async move {
+                        Ok(execute!(
+                            conn,
+                            "DELETE FROM webhook_endpoints WHERE id = $1 AND status = 'removed'",
+                            &id
+                        )? == 1)
+                    })
+                })
+                .await?;
+        Ok(Some(Purged { messages, endpoint }))
     }
 
     /// Moves the secret to its next generation; the current one keeps signing until
@@ -292,7 +335,7 @@ impl Store {
                     concat!(
                         "UPDATE webhook_endpoints
                          SET secret_generation = secret_generation + 1, previous_until = $3, updated_at = $4
-                         WHERE tenant_id = $1 AND id = $2 RETURNING ",
+                         WHERE tenant_id = $1 AND id = $2 AND status <> 'removed' RETURNING ",
                         endpoint_columns!()
                     ),
                     &tenant_id,
@@ -405,8 +448,8 @@ impl Store {
     }
 }
 
-/// How many messages a write deletes while an endpoint is being removed
-/// ([`Store::delete_webhook_endpoint`]): a few milliseconds of either backend's time.
+/// How many messages a write deletes while a removed endpoint is purged
+/// ([`Store::purge_removed_webhook_endpoint`]): a few milliseconds of either backend's time.
 pub const ENDPOINT_REMOVAL_GROUP: i64 = 1_000;
 
 /// PostgreSQL: up to `$3` messages of the endpoint `$1` of the tenant `$2`, oldest first (their
