@@ -32,6 +32,20 @@ pub const CRASH_WINDOW: Duration = Duration::from_secs(60);
 /// How often the checkpointer copies the WAL back into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 
+/// The WAL's size, in pages, at which the writer runs SQLite's own checkpoint after a commit:
+/// 256 MiB with 4 KiB pages. The WAL starts over only after a checkpoint has copied all of it
+/// when the writer begins a transaction, and while writes come every millisecond or so the
+/// checkpointer's never have (a commit lands while it copies), so this backstop is what
+/// restarts the WAL under a steady load too, not only in a burst. Its run sits inside a
+/// commit: it copies what the checkpointer had not reached and syncs the database file, 40-80
+/// ms on this project's test machine, with every caller of that batch waiting. At 16,384 pages
+/// (64 MiB) an in-app dispatch's ~25 pages a commit reached it every 0.85 s at a steady
+/// 1,000 dispatches a second and every 2 s or so saturated, and the dispatches' p99 was that
+/// stall (83-101 ms saturated); at 65,536 it comes four times as rarely (p99 16-23 ms
+/// saturated, alternating runs; docs/PERFORMANCE.md, thirty-fourth session). The price: up to
+/// 256 MiB of disk for the WAL, and a crash's recovery reading that much at the next start.
+pub const WAL_BACKSTOP_PAGES: i64 = 65_536;
+
 /// The task name writers are counted under in `herald_task_exits_total`.
 const TASK: &str = "store-writer";
 
@@ -85,7 +99,7 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
 ///
 /// WAL checkpoints run on a second connection and thread (`checkpointer`), so copying pages
 /// into the database file and its fsync never sit inside a commit that callers wait on. The
-/// writer keeps SQLite's automatic checkpoint only as a backstop (at 64 MiB of WAL).
+/// writer keeps SQLite's automatic checkpoint only as a backstop ([`WAL_BACKSTOP_PAGES`]).
 ///
 /// `before_commit` runs in each transaction just before it commits (see [`run_batch`]);
 /// `after_batch` runs on the writer's thread once each batch has committed (or failed): what a
@@ -96,7 +110,7 @@ pub(crate) fn spawn_sqlite<L: Lanes>(
     before_commit: Box<BeforeCommit>,
     after_batch: Box<dyn Fn() + Send>,
 ) -> StoreResult<WriterHandle<L>> {
-    connection.pragma_update(None, "wal_autocheckpoint", 16_384)?;
+    connection.pragma_update(None, "wal_autocheckpoint", WAL_BACKSTOP_PAGES)?;
     let (handle, queue) = WriterHandle::<L>::new(1);
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let watcher = handle.clone();
