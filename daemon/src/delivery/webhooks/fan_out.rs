@@ -47,7 +47,7 @@ pub async fn run_fan_out(state: AppState, shutdown: CancellationToken) {
     let (group, linger) =
         if postgres { (GROUP_POSTGRES, LINGER_POSTGRES) } else { (GROUP_SQLITE, LINGER_SQLITE) };
     let wake = state.store.webhook_event_wake().clone();
-    let mut pressure = Pressure::new();
+    let mut pressure = Pressure::new(state.store.engine());
     let mut waiting = Waiting { since: Some(state.clock.now_millis()), looked: state.clock.now_millis() };
     loop {
         let now = state.clock.now_millis();
@@ -87,10 +87,18 @@ pub async fn run_fan_out(state: AppState, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => break,
         };
         if woken && pause.is_none() {
-            waiting.since.get_or_insert(state.clock.now_millis());
-            tokio::select! {
-                _ = tokio::time::sleep(linger) => {}
-                _ = shutdown.cancelled() => break,
+            let now = state.clock.now_millis();
+            waiting.since.get_or_insert(now);
+            // SQLite's task lingers for a group only while the writer is saturated: otherwise
+            // what woke it is a slow commit's large batch (its events left to the task), and
+            // their first attempts would wait for the linger (100-170 ms at a steady load's
+            // start after a pause: docs/PERFORMANCE.md, thirty-fifth session). PostgreSQL's is
+            // woken by every commit of events and lingers 5 ms to take them together.
+            if postgres || pressure.holds(None, now) {
+                tokio::select! {
+                    _ = tokio::time::sleep(linger) => {}
+                    _ = shutdown.cancelled() => break,
+                }
             }
         } else if !woken {
             // The poll: events whose wake-up was missed (another daemon's, a lost notification).

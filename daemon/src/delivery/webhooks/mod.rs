@@ -136,7 +136,7 @@ pub async fn run_webhooks(state: AppState, shutdown: CancellationToken) {
     let mut looked = Instant::now().checked_sub(LOOK_AGAIN).unwrap_or_else(Instant::now);
     // A read wanted but put off ([`LINGER`], [`LOOK_AGAIN`]): when it is due.
     let mut look_at: Option<Instant> = None;
-    let mut pressure = Pressure::new();
+    let mut pressure = Pressure::new(state.store.engine());
     loop {
         let now = state.clock.now_millis();
         while let Ok((endpoint, ended)) = finished.try_recv() {
